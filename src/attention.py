@@ -1,0 +1,115 @@
+"""
+The attention variants of the assignment.
+
+Every variant maps a sequence of embeddings to a sequence of the same width and
+is causal: output position i only ever sees input positions <= i. All of them run
+through torch.nn.functional.scaled_dot_product_attention (SDPA), which picks a fused
+kernel where the hardware has one.
+
+- CausalSelfAttention: multi-head masked self-attention (minGPT).
+- CausalCrossAttention: queries from one sequence, keys and values from another,
+  with the causal mask aligned to the top-left corner; the building block of the
+  Perceiver-AR-style bottleneck in model.py.
+- SynthesizerAttention: scores come from a per-position MLP of each input alone,
+  not from query-key dot products (Tay et al., "Synthesizer", 2020).
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def split_heads(x, n_head):
+    """(B, T, C) -> (B, n_head, T, C // n_head)."""
+    B, T, C = x.size()
+    return x.view(B, T, n_head, C // n_head).transpose(1, 2)
+
+
+def merge_heads(y):
+    """(B, n_head, T, head_dim) -> (B, T, n_head * head_dim)."""
+    B, n_head, T, head_dim = y.size()
+    return y.transpose(1, 2).contiguous().view(B, T, n_head * head_dim)
+
+
+class CausalCrossAttention(nn.Module):
+    """
+    Multi-head attention of a query sequence over a key/value sequence.
+
+    forward(x_kv, x_q): x_kv is (B, T_kv, C), x_q is (B, T_q, C) or (1, T_q, C);
+    a batch-1 query (such as a learned basis) is shared by every batch element.
+    Query i attends to key/value positions 0..i (the top-left causal mask, which
+    also holds when T_q != T_kv). Returns (B, T_q, C).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head"
+        self.key = nn.Linear(config.n_embd, config.n_embd)
+        self.query = nn.Linear(config.n_embd, config.n_embd)
+        self.value = nn.Linear(config.n_embd, config.n_embd)
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+        self.attn_pdrop = config.attn_pdrop
+        self.resid_drop = nn.Dropout(config.resid_pdrop)
+        self.n_head = config.n_head
+
+    def forward(self, x_kv, x_q):
+        if x_q.size(0) != x_kv.size(0):
+            x_q = x_q.expand(x_kv.size(0), -1, -1)
+        k = split_heads(self.key(x_kv), self.n_head)
+        q = split_heads(self.query(x_q), self.n_head)
+        v = split_heads(self.value(x_kv), self.n_head)
+        dropout = self.attn_pdrop if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        return self.resid_drop(self.proj(merge_heads(y)))
+
+
+class CausalSelfAttention(CausalCrossAttention):
+    """Masked multi-head self-attention: forward(x) with x of shape (B, T, C)."""
+
+    def forward(self, x):
+        return super().forward(x, x)
+
+
+class SynthesizerAttention(nn.Module):
+    """
+    Dense Synthesizer attention. Per head i, with X of shape (T, d):
+
+        Y_i = softmax(ReLU(X A_i + b1) B + b2) (X V_i)      (causally masked)
+
+    A_i and b1 are head i's slice of w1 = Linear(d, d); B = w2 of shape
+    (d/h, block_size-1) and b2 of shape (block_size-1) map each position's hidden
+    vector straight to scores over the first T positions. The parameter names and
+    shapes are the course's, so its .params files load.
+
+    The scores ReLU(X A_i + b1) @ w2[:, :T] are a dot product of per-position
+    "queries" with learned per-position "keys" w2[:, :T].T, and b2 is an additive
+    bias per key position, so the whole thing runs through SDPA with scale 1.
+    Sequences may be at most block_size-1 long: the datasets' inputs are exactly that.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head"
+        self.w1 = nn.Linear(config.n_embd, config.n_embd)
+        self.w2 = nn.Parameter(torch.empty(config.n_embd // config.n_head, config.block_size - 1))
+        self.b2 = nn.Parameter(torch.zeros(config.block_size - 1))
+        self.value = nn.Linear(config.n_embd, config.n_embd)
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+        self.attn_pdrop = config.attn_pdrop
+        self.resid_drop = nn.Dropout(config.resid_pdrop)
+        self.n_head = config.n_head
+        self.max_len = config.block_size - 1
+        nn.init.uniform_(self.w2, -0.001, 0.001)
+
+    def forward(self, x):
+        T = x.size(1)
+        if T > self.max_len:
+            raise ValueError(f"SynthesizerAttention takes at most {self.max_len} positions, got {T}")
+        h = split_heads(F.relu(self.w1(x)), self.n_head)  # (B, nh, T, hs)
+        v = split_heads(self.value(x), self.n_head)  # (B, nh, T, hs)
+        keys = self.w2[:, :T].t().to(h.dtype).expand_as(h)  # (B, nh, T, hs), one set for all
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        bias = self.b2[:T].expand(T, T).masked_fill(future, float("-inf")).to(h.dtype)  # (T, T)
+        dropout = self.attn_pdrop if self.training else 0.0
+        y = F.scaled_dot_product_attention(h, keys, v, attn_mask=bias, dropout_p=dropout, scale=1.0)
+        return self.resid_drop(self.proj(merge_heads(y)))

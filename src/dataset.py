@@ -1,0 +1,159 @@
+"""
+The two datasets of the assignment, both over one character vocabulary.
+
+- CharCorruptionDataset: span corruption for pretraining. Each example is one
+  document (a line of the corpus), truncated to a random length and rearranged as
+  prefix MASK suffix MASK masked_content PADs, so that the model learns to fill a
+  masked span from its context.
+- NameDataset: finetuning pairs "question<TAB>place" laid out as
+  question MASK place MASK PADs, with the loss only on the answer.
+
+Id 0 is the pad (the loss ignores it), id 1 the mask, ids 2.. are the sorted
+characters of the pretraining corpus.
+"""
+
+import random
+
+import torch
+from torch.utils.data import Dataset
+
+PAD_CHAR = "\u25A1"
+MASK_CHAR = "\u2047"
+
+
+def known_characters(text, stoi):
+    """The text without the characters the vocabulary lacks, and how many were dropped."""
+    kept = "".join(c for c in text if c in stoi)
+    return kept, len(text) - len(kept)
+
+
+def numbered_lines(text):
+    """(line number, line) for the non-empty lines of a text, a trailing carriage return removed."""
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line[:-1] if line.endswith("\r") else line
+        if line:
+            yield lineno, line
+
+
+def corpus_lines(text):
+    """The non-empty lines of a text: the documents of a corpus."""
+    return [line for _, line in numbered_lines(text)]
+
+
+class CharCorruptionDataset(Dataset):
+    """
+    Span-corruption examples from the lines of `data`.
+
+    __getitem__(idx) -> (x, y), two Long tensors of length block_size-1:
+    the document is truncated to a random length in [4, int(block_size*7/8)],
+    cut into prefix + masked_content + suffix (the masked length is random, a
+    quarter of the truncated length on average), and laid out as
+    prefix MASK suffix MASK masked_content PADs (block_size characters);
+    x is all but its last character, y all but its first.
+    """
+
+    PAD_CHAR = PAD_CHAR
+    MASK_CHAR = MASK_CHAR
+
+    def __init__(self, data, block_size):
+        if int(block_size * 7 / 8) < 4:
+            raise ValueError(f"block_size must be at least 5, got {block_size}")
+        chars = sorted(set(data))
+        if PAD_CHAR in chars or MASK_CHAR in chars:
+            raise ValueError("the corpus must not contain the pad or mask characters")
+        chars = [PAD_CHAR, MASK_CHAR] + chars
+        self.stoi = {ch: i for i, ch in enumerate(chars)}
+        self.itos = {i: ch for i, ch in enumerate(chars)}
+        self.block_size = block_size
+        self.vocab_size = len(chars)
+        self.data = corpus_lines(data)
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, idx):
+        document = self.data[idx]
+        truncated = document[: random.randint(4, int(self.block_size * 7 / 8))]
+        n = len(truncated)
+        masked_len = random.randint(1, max(1, n // 2 - 1))
+        start = random.randint(0, n - masked_len)
+        prefix = truncated[:start]
+        masked_content = truncated[start : start + masked_len]
+        suffix = truncated[start + masked_len :]
+        masked_string = prefix + MASK_CHAR + suffix + MASK_CHAR + masked_content
+        masked_string += PAD_CHAR * (self.block_size - len(masked_string))
+        ids = [self.stoi[c] for c in masked_string]
+        return torch.tensor(ids[:-1], dtype=torch.long), torch.tensor(ids[1:], dtype=torch.long)
+
+
+class NameDataset(Dataset):
+    """
+    Finetuning examples from lines "question<TAB>place" over the pretraining vocabulary.
+    Characters the vocabulary lacks are dropped (counted in dropped_characters),
+    exactly as evaluation drops them from its questions.
+
+    __getitem__(idx) -> (x, y) of length block_size-1:
+    x = question MASK place MASK PADs (all but the last character);
+    y = PADs under the question, then MASK place MASK PADs: the model is trained
+    to continue the question with MASK, the place and a closing MASK.
+    """
+
+    def __init__(self, pretraining_dataset, data):
+        self.PAD_CHAR = PAD_CHAR
+        self.MASK_CHAR = MASK_CHAR
+        self.itos = pretraining_dataset.itos
+        self.stoi = pretraining_dataset.stoi
+        self.block_size = pretraining_dataset.block_size
+        self.data = []
+        self.dropped_characters = 0
+        for lineno, line in numbered_lines(data):
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise ValueError(f"line {lineno}: expected 'question<TAB>place', got {len(fields)} field(s)")
+            (question, q_dropped), (place, p_dropped) = (known_characters(f, self.stoi) for f in fields)
+            self.data.append((question, place))
+            self.dropped_characters += q_dropped + p_dropped
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, idx):
+        question, place = self.data[idx]
+        text = question + MASK_CHAR + place + MASK_CHAR
+        if len(text) > self.block_size:
+            raise ValueError(f"example {idx} is {len(text)} characters, longer than the block size {self.block_size}")
+        text += PAD_CHAR * (self.block_size - len(text))
+        target = PAD_CHAR * (len(question) - 1) + text[len(question) :]
+        x = torch.tensor([self.stoi[c] for c in text[:-1]], dtype=torch.long)
+        y = torch.tensor([self.stoi[c] for c in target], dtype=torch.long)
+        return x, y
+
+
+def main(argv=None):
+    """python src/dataset.py {namedata,charcorruption}: print a few decoded examples."""
+    import argparse
+
+    from utils import resolve_data_path
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("dataset_type", choices=["namedata", "charcorruption"])
+    parser.add_argument("--pretrain_corpus_path", default="wiki.txt")
+    parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv")
+    parser.add_argument("--examples", type=int, default=4)
+    args = parser.parse_args(argv)
+
+    with open(resolve_data_path(args.pretrain_corpus_path), encoding="utf-8") as f:
+        corruption_dataset = CharCorruptionDataset(f.read(), 128)
+    if args.dataset_type == "namedata":
+        with open(resolve_data_path(args.finetune_corpus_path), encoding="utf-8") as f:
+            dataset = NameDataset(corruption_dataset, f.read())
+    else:
+        dataset = corruption_dataset
+    for _, example in zip(range(args.examples), dataset):
+        x, y = example
+        print("x:", "".join(dataset.itos[int(i)] for i in x))
+        print("y:", "".join(dataset.itos[int(i)] for i in y))
+
+
+if __name__ == "__main__":
+    main()

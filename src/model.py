@@ -1,0 +1,155 @@
+"""
+A character-level GPT (minGPT) with three attention variants.
+
+- vanilla: a stack of Blocks with causal self-attention;
+- synthesizer (config.synthesizer): the same Blocks with SynthesizerAttention;
+- perceiver (config.perceiver, config.bottleneck_dim = m): a Perceiver-AR-style
+  bottleneck. DownProjectBlock cross-attends from a learned basis C (m positions) to
+  the input, n_layer-2 ordinary Blocks run over the m positions, and UpProjectBlock
+  cross-attends from the input back to them, returning the input's length. The
+  inner blocks cost O(m^2) instead of O(L^2); the two projections O(L m).
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
+
+
+class GPTConfig:
+    """Model hyperparameters: the class attributes are defaults, every kwarg becomes an attribute."""
+
+    embd_pdrop = 0.1
+    resid_pdrop = 0.1
+    attn_pdrop = 0.1
+    perceiver = False
+    bottleneck_dim = None
+    synthesizer = False
+
+    def __init__(self, vocab_size, block_size, **kwargs):
+        self.vocab_size = vocab_size
+        self.block_size = block_size
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+
+def mlp(config):
+    """The position-wise feed-forward network of every block: d -> 4d -> d."""
+    return nn.Sequential(
+        nn.Linear(config.n_embd, 4 * config.n_embd),
+        nn.GELU(),
+        nn.Linear(4 * config.n_embd, config.n_embd),
+        nn.Dropout(config.resid_pdrop),
+    )
+
+
+class Block(nn.Module):
+    """A pre-LayerNorm Transformer block: x + attn(ln1(x)), then + mlp(ln2(x))."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.attn = SynthesizerAttention(config) if config.synthesizer else CausalSelfAttention(config)
+        self.mlp = mlp(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class DownProjectBlock(nn.Module):
+    """
+    The perceiver's first block: (B, L, C) -> (B, m, C).
+
+    The learned basis C (1, m, n_embd) is the query and the input the keys and
+    values; latent position i reads input positions 0..i, so causality holds.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.C = nn.Parameter(torch.empty(1, config.bottleneck_dim, config.n_embd))
+        nn.init.xavier_uniform_(self.C)
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalCrossAttention(config)
+        self.mlp = mlp(config)
+
+    def forward(self, x_input):
+        y = self.C + self.attn(self.ln1(x_input), self.ln1(self.C))
+        return y + self.mlp(self.ln2(y))
+
+
+class UpProjectBlock(nn.Module):
+    """
+    The perceiver's last block: (B, m, C) and the block input (B, L, C) -> (B, L, C).
+
+    The input sequence is the query and the bottleneck output the keys and values;
+    input position i reads latent positions 0..i, which have only read inputs 0..i.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalCrossAttention(config)
+        self.mlp = mlp(config)
+
+    def forward(self, y, x_input):
+        x = x_input + self.attn(self.ln1(y), self.ln1(x_input))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """The full language model: embeddings, blocks, final LayerNorm and a linear head."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
+        self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
+        self.drop = nn.Dropout(config.embd_pdrop)
+        self.perceiver = config.perceiver
+        if config.perceiver:
+            self.down_block = DownProjectBlock(config)
+            self.blocks = nn.Sequential(*[Block(config) for _ in range(config.n_layer - 2)])
+            self.up_block = UpProjectBlock(config)
+        else:
+            self.blocks = nn.Sequential(*[Block(config) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.block_size = config.block_size
+        self.apply(self._init_weights)
+
+    def get_block_size(self):
+        return self.block_size
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            module.weight.data.normal_(mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                module.bias.data.zero_()
+        elif isinstance(module, nn.LayerNorm):
+            module.bias.data.zero_()
+            module.weight.data.fill_(1.0)
+
+    def forward(self, idx, targets=None):
+        """
+        idx: (B, T) token ids, T <= block_size. targets: (B, T) or None.
+        Returns logits (B, T, vocab_size) and the cross-entropy loss over the
+        targets that are not the pad id 0 (None without targets).
+        """
+        T = idx.size(1)
+        if T > self.block_size:
+            raise ValueError(f"cannot forward a sequence of length {T}: the block size is {self.block_size}")
+        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, :T, :])
+        if self.perceiver:
+            x = self.up_block(self.blocks(self.down_block(x)), x)
+        else:
+            x = self.blocks(x)
+        logits = self.head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=0)
+        return logits, loss

@@ -1,0 +1,138 @@
+"""Sampling, scoring, seeding and file helpers shared by the CLI, the trainer and the tests."""
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+def set_seed(seed):
+    """Seed Python's and PyTorch's generators (every device)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device(name="auto"):
+    """torch.device for "cuda", "mps", "cpu", or "auto" (the first of those that is available)."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            name = "cuda"
+        elif torch.backends.mps.is_available():
+            name = "mps"
+        else:
+            name = "cpu"
+    return torch.device(name)
+
+
+def top_k_logits(logits, k):
+    """Keep the k largest logits of every row; the rest become -inf."""
+    v, _ = torch.topk(logits, k)
+    return logits.masked_fill(logits < v[:, [-1]], float("-inf"))
+
+
+@torch.no_grad()
+def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
+    """
+    Extend every row of x (B, T) by `steps` tokens, feeding each prediction back in.
+
+    Greedy (the most likely token) unless sample=True, which draws from the
+    softmax of logits/temperature, optionally restricted to the top_k tokens.
+    The model conditions on at most block_size-1 tokens, the length it was trained
+    on. Returns (B, T + steps); the model's train/eval mode is left as it was.
+    """
+    context = model.get_block_size() - 1
+    was_training = model.training
+    model.eval()
+    for _ in range(steps):
+        logits, _ = model(x[:, -context:])
+        logits = logits[:, -1, :] / temperature
+        if top_k is not None:
+            logits = top_k_logits(logits, top_k)
+        if sample:
+            ix = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+        else:
+            ix = logits.argmax(dim=-1, keepdim=True)
+        x = torch.cat((x, ix), dim=1)
+    model.train(was_training)
+    return x
+
+
+def evaluate_places(filepath, predicted_places):
+    """
+    Score predictions against the places of a "question<TAB>place" file.
+
+    Returns (total, correct): the number of questions and of exact matches, or
+    (0, 0) when the file holds questions without answers.
+    """
+    with open(filepath, encoding="utf-8") as f:
+        rows = [line.rstrip("\r\n").split("\t") for line in f if line.strip()]
+    if not rows or len(rows[0]) < 2:
+        return 0, 0
+    if len(rows) != len(predicted_places):
+        raise ValueError(f"{filepath} has {len(rows)} questions but {len(predicted_places)} predictions were given")
+    correct = sum(row[1] == predicted for row, predicted in zip(rows, predicted_places))
+    return len(rows), correct
+
+
+def resolve_data_path(path):
+    """A bare data file name that is not in the current directory is looked up in the repository's data/."""
+    if path is not None and not os.path.exists(path) and os.path.dirname(path) == "":
+        candidate = DATA_DIR / path
+        if candidate.exists():
+            return str(candidate)
+    return path
+
+
+def atomic_write(path, write):
+    """Call write(file object) on a temporary file beside `path`, then rename it to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def save_params(model, path):
+    """Save the model's plain state_dict, atomically."""
+    atomic_write(path, lambda f: torch.save(model.state_dict(), f))
+
+
+def load_params(model, path):
+    """
+    Load a state_dict saved by save_params (or by the course's code) into `model`.
+
+    The course's attention modules keep their causal masks as buffers; this
+    project builds masks on the fly, so those entries are ignored.
+    """
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    expected = model.state_dict()
+    state = {k: v for k, v in state.items() if k in expected or not k.endswith(".mask")}
+    model.load_state_dict(state)
+    return model
+
+
+def predict_places(model, questions, stoi, itos, device, steps=32):
+    """
+    Answer "Where was X born?" questions with greedy decoding, one at a time.
+
+    Each question is followed by MASK; the answer is the text the model writes
+    between that MASK and the next one (everything written if it never closes it).
+    """
+    from dataset import MASK_CHAR
+
+    predictions = []
+    for question in questions:
+        x = torch.tensor([[stoi[c] for c in question + MASK_CHAR]], dtype=torch.long, device=device)
+        completion = "".join(itos[int(i)] for i in sample(model, x, steps)[0])
+        predictions.append(completion.split(MASK_CHAR)[1])
+    return predictions
