@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds assignment5.zip from src/ and the params and predictions that run.sh writes.
+#   ./collect_submission.sh [all|2021|2023]
+#   2021: the edition with the synthesizer; 2023: the edition with the perceiver;
+#   all (default): both. Fails, naming every missing file, before writing anything.
+set -euo pipefail
+cd "$(dirname "$0")"
+edition=${1:-all}
+
+common=(vanilla.model.params vanilla.nopretrain.dev.predictions vanilla.nopretrain.test.predictions
+        vanilla.pretrain.params vanilla.finetune.params vanilla.pretrain.dev.predictions
+        vanilla.pretrain.test.predictions)
+variant_files() { echo "$1.pretrain.params $1.finetune.params $1.pretrain.dev.predictions $1.pretrain.test.predictions"; }
+
+case $edition in
+  2021) files=("${common[@]}" $(variant_files synthesizer)) ;;
+  2023) files=("${common[@]}" $(variant_files perceiver)) ;;
+  all) files=("${common[@]}" $(variant_files perceiver) $(variant_files synthesizer)) ;;
+  *) echo "collect_submission.sh: unknown edition '$edition' (use all, 2021 or 2023)" >&2; exit 2 ;;
+esac
+
+missing=()
+for f in "${files[@]}"; do
+  [[ -f $f ]] || missing+=("$f")
+done
+if (( ${#missing[@]} )); then
+  echo "collect_submission.sh: missing ${missing[*]} (run ./run.sh first)" >&2
+  exit 1
+fi
+
+rm -f assignment5.zip
+${PYTHON:-python3} - "${files[@]}" <<'PY'
+import sys, zipfile
+from pathlib import Path
+
+with zipfile.ZipFile("assignment5.zip.tmp", "w", zipfile.ZIP_DEFLATED) as z:
+    for path in sorted(Path("src").glob("*.py")) + [Path(f) for f in sys.argv[1:]]:
+        z.write(path)
+Path("assignment5.zip.tmp").replace("assignment5.zip")
+PY
+echo "wrote assignment5.zip (src/ and ${#files[@]} files)"

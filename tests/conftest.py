@@ -1,0 +1,42 @@
+"""Shared fixtures: src/ on sys.path (as the course's autograders have it), small corpora, the assignment data."""
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+A5_DIRS = [ROOT.parent / "shared" / "data" / "a5", ROOT / "data"]
+A5_FILES = ["wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv"]
+
+FIRST = ["Ada", "Bruno", "Clara", "Dmitri", "Elif", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Naïma", "Håvard"]
+LAST = ["Abbott", "Berg", "Costa", "Duval", "Egan", "Fischer", "Garza"]
+PLACES = ["Paris", "Lagos", "Oslo", "Lima", "Kyoto", "Perth"]
+
+
+@pytest.fixture(scope="session")
+def a5_dir():
+    """The assignment's data folder; tests that need it skip when it is absent."""
+    for folder in A5_DIRS:
+        if all((folder / name).exists() for name in A5_FILES):
+            return folder
+    pytest.skip("assignment data not found in ../shared/data/a5 or data/")
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory):
+    """A small corpus of biographies and birthplace TSVs over the same people (paths in a dict)."""
+    rng = random.Random(0)
+    people = [(f"{first} {last}", rng.choice(PLACES)) for first in FIRST for last in LAST]
+    rng.shuffle(people)
+    folder = tmp_path_factory.mktemp("tiny_world")
+    bios = [f"{name}. {name} was born in {place} and worked as a painter." for name, place in people]
+    (folder / "wiki.txt").write_text("\n".join(bios) + "\n", encoding="utf-8")
+    pairs = [f"Where was {name} born?\t{place}" for name, place in people]
+    (folder / "train.tsv").write_text("\n".join(pairs[:60]) + "\n", encoding="utf-8")
+    (folder / "dev.tsv").write_text("\n".join(pairs[60:]) + "\n", encoding="utf-8")
+    (folder / "test.tsv").write_text("".join(p.split("\t")[0] + "\n" for p in pairs[60:]), encoding="utf-8")
+    return {name: str(folder / name) for name in ["wiki.txt", "train.tsv", "dev.tsv", "test.tsv"]}

@@ -1,0 +1,108 @@
+"""The command line, end to end on a small model: every subcommand and variant, and its errors."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import run
+from conftest import ROOT
+
+SMALL = ["--n_layer", "3", "--n_head", "2", "--n_embd", "32", "--bottleneck_dim", "16",
+         "--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
+
+
+def cli(*args):
+    """Run src/run.py in a fresh interpreter, as a user does: (exit code, stdout, stderr)."""
+    done = subprocess.run([sys.executable, str(ROOT / "src" / "run.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
+def main(*args):
+    return run.main([str(a) for a in args])
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
+def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
+    wiki = tiny_world["wiki.txt"]
+    pretrained, finetuned = tmp_path / "pre.params", tmp_path / "ft.params"
+    assert main("pretrain", variant, wiki, "--writing_params_path", pretrained, "--max_epochs", 1, *SMALL) == 0
+    state = torch.load(pretrained, weights_only=True)
+    assert isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())
+
+    assert main("finetune", variant, wiki, "--reading_params_path", pretrained, "--writing_params_path", finetuned,
+                "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 1, *SMALL) == 0
+    assert finetuned.exists()
+    capsys.readouterr()
+
+    outputs = tmp_path / "new" / "dev.predictions"
+    assert main("evaluate", variant, wiki, "--reading_params_path", finetuned,
+                "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", outputs, *SMALL) == 0
+    assert capsys.readouterr().out.startswith("Correct: ")
+    assert len(outputs.read_text(encoding="utf-8").splitlines()) == 24
+
+    outputs = tmp_path / "test.predictions"
+    assert main("evaluate", variant, wiki, "--reading_params_path", finetuned,
+                "--eval_corpus_path", tiny_world["test.tsv"], "--outputs_path", outputs, *SMALL) == 0
+    assert "no targets provided" in capsys.readouterr().out
+    assert len(outputs.read_text(encoding="utf-8").splitlines()) == 24
+
+
+def test_finetune_from_scratch_then_evaluate_in_a_fresh_process(tiny_world, tmp_path):
+    params = tmp_path / "model.params"
+    code, _, err = cli("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
+                       "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 2, *SMALL)
+    assert code == 0, err
+    code, out, err = cli("evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path", params,
+                         "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", tmp_path / "p.txt", *SMALL)
+    assert code == 0, err
+    assert out.startswith("Correct: ") and out.strip().endswith("%")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["pretrain", "vanilla", "WIKI"], "pretrain needs --writing_params_path"),
+    (["finetune", "vanilla", "WIKI", "--writing_params_path", "x.params"], "--finetune_corpus_path"),
+    (["evaluate", "vanilla", "WIKI", "--reading_params_path", "x"], "--eval_corpus_path and --outputs_path"),
+    (["pretrain", "transformer", "WIKI", "--writing_params_path", "x"], "invalid choice: 'transformer'"),
+])
+def test_usage_errors_exit_2(args, message, tiny_world):
+    code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_input_errors_are_one_line(tiny_world, tmp_path):
+    params = tmp_path / "v.params"
+    bad_tsv = tmp_path / "bad.tsv"
+    bad_tsv.write_text("Where was A born?\tParis\nWhere was B born? Lima\n", encoding="utf-8")
+    code, _, err = cli("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
+                       "--finetune_corpus_path", bad_tsv, *SMALL)
+    assert code == 2 and str(bad_tsv) in err and "line 2" in err and len(err.strip().splitlines()) == 1
+    assert not params.exists()
+
+    code, _, err = cli("pretrain", "vanilla", tmp_path / "missing.txt", "--writing_params_path", params, *SMALL)
+    assert code == 2 and "missing.txt" in err and len(err.strip().splitlines()) == 1
+
+    assert main("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
+                "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 1, *SMALL) == 0
+    code, _, err = cli("evaluate", "perceiver", tiny_world["wiki.txt"], "--reading_params_path", params,
+                       "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", tmp_path / "p.txt", *SMALL)
+    assert code == 2 and "cannot load params" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.txt").exists()
+
+
+def test_dataset_module_prints_examples(tiny_world):
+    for kind in ["charcorruption", "namedata"]:
+        done = subprocess.run([sys.executable, str(ROOT / "src" / "dataset.py"), kind,
+                               "--pretrain_corpus_path", tiny_world["wiki.txt"],
+                               "--finetune_corpus_path", tiny_world["train.tsv"]],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.count("x: ") == 4 and "\u2047" in done.stdout
+
+
+def test_london_baseline(a5_dir):
+    done = subprocess.run([sys.executable, str(ROOT / "src" / "london_baseline.py"), str(a5_dir / "birth_dev.tsv")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "Correct: 25 out of 500: 5.0%"

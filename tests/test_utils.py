@@ -1,0 +1,87 @@
+"""sample, evaluate_places, set_seed and the file helpers."""
+
+import random
+
+import pytest
+import torch
+
+import utils
+from model import GPT, GPTConfig
+from utils import evaluate_places, sample, set_seed
+
+
+def tiny_model(synthesizer=False):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(30, 16, n_layer=2, n_head=2, n_embd=16, synthesizer=synthesizer))
+
+
+def test_greedy_sampling_feeds_back_the_argmax():
+    model = tiny_model()
+    x = torch.randint(0, 30, (2, 5))
+    out = sample(model, x, 6)
+    assert out.shape == (2, 11) and torch.equal(out[:, :5], x)
+    model.eval()
+    manual = x
+    for _ in range(6):
+        manual = torch.cat([manual, model(manual)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, manual)
+    assert torch.equal(sample(model, x, 6, sample=True, top_k=1), out), "top-1 sampling is greedy"
+
+
+def test_sampling_restores_the_training_mode_and_draws_from_top_k():
+    model = tiny_model().train()
+    torch.manual_seed(1)
+    out = sample(model, torch.zeros(1, 3, dtype=torch.long), 20, sample=True, top_k=3, temperature=2.0)
+    assert model.training and out.shape == (1, 23)
+
+
+@pytest.mark.parametrize("synthesizer", [False, True])
+def test_sampling_past_the_block_size_never_crashes(synthesizer):
+    model = tiny_model(synthesizer)
+    out = sample(model, torch.randint(0, 30, (2, 14)), 10)
+    assert out.shape == (2, 24)
+
+
+def test_evaluate_places(tmp_path):
+    gold = tmp_path / "gold.tsv"
+    gold.write_text("Where was A born?\tParis\n\nWhere was B born?\tLima\r\nWhere was C born?\tOslo", encoding="utf-8")
+    assert evaluate_places(gold, ["Paris", "Lima", "Rome"]) == (3, 2)
+    with pytest.raises(ValueError, match="3 questions but 2 predictions"):
+        evaluate_places(gold, ["Paris", "Lima"])
+    questions = tmp_path / "questions.tsv"
+    questions.write_text("Where was A born?\nWhere was B born?\n", encoding="utf-8")
+    assert evaluate_places(questions, ["x", "y"]) == (0, 0)
+
+
+def test_set_seed_makes_runs_repeatable():
+    set_seed(7)
+    first = (random.random(), torch.rand(3))
+    set_seed(7)
+    second = (random.random(), torch.rand(3))
+    assert first[0] == second[0] and torch.equal(first[1], second[1])
+
+
+def test_bare_data_names_resolve_to_the_data_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(utils, "DATA_DIR", tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    assert utils.resolve_data_path("wiki.txt") == "wiki.txt", "nothing to resolve to"
+    (tmp_path / "data" / "wiki.txt").write_text("x")
+    assert utils.resolve_data_path("wiki.txt") == str(tmp_path / "data" / "wiki.txt")
+    assert utils.resolve_data_path("sub/wiki.txt") == "sub/wiki.txt", "only bare names resolve"
+    (tmp_path / "wiki.txt").write_text("here")
+    assert utils.resolve_data_path("wiki.txt") == "wiki.txt", "the current directory wins"
+
+
+def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path):
+    target = tmp_path / "out" / "file.txt"
+    utils.atomic_write(target, lambda f: f.write(b"old"))
+
+    def fail(f):
+        f.write(b"half")
+        raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError):
+        utils.atomic_write(target, fail)
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in target.parent.iterdir()] == ["file.txt"]
