@@ -31,6 +31,34 @@ def merge_heads(y):
     return y.transpose(1, 2).contiguous().view(B, T, n_head * head_dim)
 
 
+def extend_cache(module, cache, *tensors):
+    """
+    With a decoding cache (a dict, see model.KVCache), append this call's keys/values
+    (B, nh, T, hs) to those the module saw before and return all of them.
+    """
+    if cache is None:
+        return tensors
+    if module in cache:
+        tensors = tuple(torch.cat([old, new], dim=2) for old, new in zip(cache[module], tensors))
+    cache[module] = tensors
+    return tensors
+
+
+def causal_attention(q, k, v, q_start=0, bias=None, dropout_p=0.0, scale=None):
+    """
+    SDPA where query i sits at position q_start + i and key j at position j, and a
+    query sees the keys at or before its own position; `bias` (T_kv,) is added to
+    the scores of every query. q_start is 0 in training and the number of positions
+    already decoded when decoding with a cache.
+    """
+    if q_start == 0 and bias is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+    q_pos = torch.arange(q_start, q_start + q.size(-2), device=q.device)
+    visible = torch.arange(k.size(-2), device=q.device)[None, :] <= q_pos[:, None]  # (T_q, T_kv)
+    mask = visible if bias is None else bias.expand_as(visible).masked_fill(~visible, float("-inf")).to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+
+
 class CausalCrossAttention(nn.Module):
     """
     Multi-head attention of a query sequence over a key/value sequence.
@@ -39,6 +67,9 @@ class CausalCrossAttention(nn.Module):
     a batch-1 query (such as a learned basis) is shared by every batch element.
     Query i attends to key/value positions 0..i (the top-left causal mask, which
     also holds when T_q != T_kv). Returns (B, T_q, C).
+
+    When decoding with a cache, x_kv holds only the new key/value positions and
+    q_start is the position of the first query.
     """
 
     def __init__(self, config):
@@ -52,22 +83,21 @@ class CausalCrossAttention(nn.Module):
         self.resid_drop = nn.Dropout(config.resid_pdrop)
         self.n_head = config.n_head
 
-    def forward(self, x_kv, x_q):
+    def forward(self, x_kv, x_q, cache=None, q_start=0):
         if x_q.size(0) != x_kv.size(0):
             x_q = x_q.expand(x_kv.size(0), -1, -1)
-        k = split_heads(self.key(x_kv), self.n_head)
         q = split_heads(self.query(x_q), self.n_head)
-        v = split_heads(self.value(x_kv), self.n_head)
+        k, v = extend_cache(self, cache, split_heads(self.key(x_kv), self.n_head), split_heads(self.value(x_kv), self.n_head))
         dropout = self.attn_pdrop if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        y = causal_attention(q, k, v, q_start, dropout_p=dropout)
         return self.resid_drop(self.proj(merge_heads(y)))
 
 
 class CausalSelfAttention(CausalCrossAttention):
     """Masked multi-head self-attention: forward(x) with x of shape (B, T, C)."""
 
-    def forward(self, x):
-        return super().forward(x, x)
+    def forward(self, x, cache=None, start=0):
+        return super().forward(x, x, cache, start)
 
 
 class SynthesizerAttention(nn.Module):
@@ -101,15 +131,13 @@ class SynthesizerAttention(nn.Module):
         self.max_len = config.block_size - 1
         nn.init.uniform_(self.w2, -0.001, 0.001)
 
-    def forward(self, x):
-        T = x.size(1)
+    def forward(self, x, cache=None, start=0):
+        T = start + x.size(1)  # positions seen so far, this call's included
         if T > self.max_len:
             raise ValueError(f"SynthesizerAttention takes at most {self.max_len} positions, got {T}")
-        h = split_heads(F.relu(self.w1(x)), self.n_head)  # (B, nh, T, hs)
-        v = split_heads(self.value(x), self.n_head)  # (B, nh, T, hs)
-        keys = self.w2[:, :T].t().to(h.dtype).expand_as(h)  # (B, nh, T, hs), one set for all
-        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-        bias = self.b2[:T].expand(T, T).masked_fill(future, float("-inf")).to(h.dtype)  # (T, T)
+        h = split_heads(F.relu(self.w1(x)), self.n_head)  # (B, nh, T_new, hs)
+        (v,) = extend_cache(self, cache, split_heads(self.value(x), self.n_head))  # (B, nh, T, hs)
+        keys = self.w2[:, :T].t().to(h.dtype).expand(h.size(0), h.size(1), -1, -1)  # (B, nh, T, hs), one set for all
         dropout = self.attn_pdrop if self.training else 0.0
-        y = F.scaled_dot_product_attention(h, keys, v, attn_mask=bias, dropout_p=dropout, scale=1.0)
+        y = causal_attention(h, keys, v, start, bias=self.b2[:T], dropout_p=dropout, scale=1.0)
         return self.resid_drop(self.proj(merge_heads(y)))

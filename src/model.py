@@ -8,6 +8,10 @@ A character-level GPT (minGPT) with three attention variants.
   the input, n_layer-2 ordinary Blocks run over the m positions, and UpProjectBlock
   cross-attends from the input back to them, returning the input's length. The
   inner blocks cost O(m^2) instead of O(L^2); the two projections O(L m).
+
+Every forward takes an optional KVCache for decoding: the model then reads only
+the new tokens and each attention layer reuses the keys and values it computed
+for the earlier ones, with the same result as re-reading the whole sequence.
 """
 
 import torch
@@ -34,6 +38,14 @@ class GPTConfig:
             setattr(self, k, v)
 
 
+class KVCache(dict):
+    """Per-attention-module keys/values for incremental decoding; `length` tokens are in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.length = 0
+
+
 def mlp(config):
     """The position-wise feed-forward network of every block: d -> 4d -> d."""
     return nn.Sequential(
@@ -54,8 +66,8 @@ class Block(nn.Module):
         self.attn = SynthesizerAttention(config) if config.synthesizer else CausalSelfAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, cache=None, start=0):
+        x = x + self.attn(self.ln1(x), cache, start)
         return x + self.mlp(self.ln2(x))
 
 
@@ -65,6 +77,8 @@ class DownProjectBlock(nn.Module):
 
     The learned basis C (1, m, n_embd) is the query and the input the keys and
     values; latent position i reads input positions 0..i, so causality holds.
+    With a cache, only the latents that the new inputs complete are computed:
+    latent i is final once input i is known, and none changes after input m-1.
     """
 
     def __init__(self, config):
@@ -76,8 +90,15 @@ class DownProjectBlock(nn.Module):
         self.attn = CausalCrossAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, x_input):
-        y = self.C + self.attn(self.ln1(x_input), self.ln1(self.C))
+    def forward(self, x_input, cache=None, start=0):
+        latent_start, C = 0, self.C
+        if cache is not None:
+            m = C.size(1)
+            latent_start = min(start, m)
+            C = C[:, latent_start : min(start + x_input.size(1), m)]
+            if C.size(1) == 0:
+                return x_input[:, :0]
+        y = C + self.attn(self.ln1(x_input), self.ln1(C), cache, latent_start)
         return y + self.mlp(self.ln2(y))
 
 
@@ -96,8 +117,8 @@ class UpProjectBlock(nn.Module):
         self.attn = CausalCrossAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, y, x_input):
-        x = x_input + self.attn(self.ln1(y), self.ln1(x_input))
+    def forward(self, y, x_input, cache=None, start=0):
+        x = x_input + self.attn(self.ln1(y), self.ln1(x_input), cache, start)
         return x + self.mlp(self.ln2(x))
 
 
@@ -134,22 +155,32 @@ class GPT(nn.Module):
             module.bias.data.zero_()
             module.weight.data.fill_(1.0)
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, cache=None):
         """
         idx: (B, T) token ids, T <= block_size. targets: (B, T) or None.
         Returns logits (B, T, vocab_size) and the cross-entropy loss over the
         targets that are not the pad id 0 (None without targets).
+        With a KVCache, idx continues the sequence already in the cache.
         """
+        start = 0 if cache is None else cache.length
         T = idx.size(1)
-        if T > self.block_size:
-            raise ValueError(f"cannot forward a sequence of length {T}: the block size is {self.block_size}")
-        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, :T, :])
+        if start + T > self.block_size:
+            raise ValueError(f"cannot forward a sequence of length {start + T}: the block size is {self.block_size}")
+        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, start : start + T, :])
         if self.perceiver:
-            x = self.up_block(self.blocks(self.down_block(x)), x)
+            y = self.down_block(x, cache, start)
+            if y.size(1) > 0:
+                latent_start = min(start, self.down_block.C.size(1))
+                for block in self.blocks:
+                    y = block(y, cache, latent_start)
+            x = self.up_block(y, x, cache, start)
         else:
-            x = self.blocks(x)
+            for block in self.blocks:
+                x = block(x, cache, start)
+        if cache is not None:
+            cache.length += T
         logits = self.head(self.ln_f(x))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=0)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=0)
         return logits, loss

@@ -67,6 +67,8 @@ def build_parser():
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     g.add_argument("--num_workers", type=int, default=NUM_WORKERS, help="DataLoader worker processes")
+    g.add_argument("--sequential_decoding", action="store_true",
+                   help="evaluate one question at a time without a KV cache (same answers, slower)")
     return p
 
 
@@ -141,7 +143,8 @@ def evaluate(args, model, pretrain_dataset):
     if dropped:
         print(f"dropped {dropped} character(s) outside the pretraining vocabulary from the questions", file=sys.stderr)
     model.to(pick_device(args.device))
-    predictions = predict_places(model, questions, pretrain_dataset.stoi, pretrain_dataset.itos, next(model.parameters()).device, ANSWER_STEPS)
+    predictions = predict_places(model, questions, pretrain_dataset.stoi, pretrain_dataset.itos,
+                                 next(model.parameters()).device, ANSWER_STEPS, sequential=args.sequential_decoding)
     atomic_write(args.outputs_path, lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")))
     total, correct = evaluate_places(resolve_data_path(args.eval_corpus_path), predictions)
     if total > 0:

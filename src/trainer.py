@@ -5,8 +5,16 @@ AdamW with weight decay on the matrix-multiply weights only, a learning rate tha
 warms up linearly and then follows a cosine down to 10% of its peak (both counted
 in training tokens, as in minGPT), gradient-norm clipping, a tqdm bar and
 TensorBoard scalars.
+
+Padding is skipped: every batch is cut after its last target that is not the pad
+(exact, since the loss ignores pad targets and every model here is causal), and
+batches are drawn from pools of examples sorted by length, so that a batch holds
+examples of similar length. On CUDA it trains in bf16 (fp16 with a gradient scaler
+where bf16 is missing) with TF32 matmuls and fused AdamW, and reads the loss back
+only every log_every steps, so the GPU never waits for the host.
 """
 
+import contextlib
 import logging
 import math
 
@@ -37,6 +45,12 @@ class TrainerConfig:
     writer = None  # a torch.utils.tensorboard.SummaryWriter, or None
     ckpt_path = None  # where to save the model's state_dict after every epoch, or None
     device = "auto"  # "auto", "cuda", "mps" or "cpu"
+    skip_padding = True  # cut batches to their real length and bucket examples by length
+    bucket_pool = 16  # batches per pool sorted by length when skip_padding
+    precision = "auto"  # "auto" (bf16, or fp16 + GradScaler, on CUDA; fp32 elsewhere), "fp32", "bf16", "fp16"
+    fused_adamw = None  # None: fused on CUDA
+    compile = False  # torch.compile the model
+    log_every = 10  # steps between reading the loss back for the bar and TensorBoard
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -49,6 +63,36 @@ def lr_multiplier(tokens, warmup_tokens, final_tokens):
         return tokens / max(1, warmup_tokens)
     progress = min(1.0, (tokens - warmup_tokens) / max(1, final_tokens - warmup_tokens))
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def real_lengths(y):
+    """(B, T) targets -> (B,) the position after each row's last target that is not the pad 0."""
+    positions = torch.arange(1, y.size(1) + 1, device=y.device)
+    return ((y != 0) * positions).max(dim=1).values
+
+
+def length_buckets(x, y, batch_size):
+    """
+    Split a pool of examples into batches of similar length, each cut to its longest row.
+    The batches come in random order, a short remainder batch last.
+    """
+    lengths = real_lengths(y)
+    order = torch.argsort(lengths)
+    chunks = list(order.split(batch_size))
+    full = [chunks[i] for i in torch.randperm(len(chunks) - 1).tolist()] if len(chunks) > 1 else []
+    for rows in full + chunks[-1:]:
+        rows = rows[torch.randperm(len(rows))]
+        n = max(1, int(lengths[rows].max()))
+        yield x[rows, :n], y[rows, :n]
+
+
+def autocast_dtype(device, precision):
+    """The dtype to autocast to, or None for fp32."""
+    if precision == "auto":
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
 def parameter_groups(model, weight_decay):
@@ -84,43 +128,74 @@ class Trainer:
             return 1.0
         return lr_multiplier(self.tokens_after(step), self.config.warmup_tokens, self.config.final_tokens)
 
+    def batches(self, loader):
+        """The training batches of one epoch, on the device."""
+        config = self.config
+        for x, y in loader:
+            if config.skip_padding:
+                pieces = length_buckets(x, y, config.batch_size)
+            else:
+                pieces = [(x, y)]
+            for xb, yb in pieces:
+                yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+
     def train(self):
         config, model = self.config, self.model
         self.tokens_per_example = self.train_dataset[0][0].numel()
+        on_cuda = self.device.type == "cuda"
+        if on_cuda:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        dtype = autocast_dtype(self.device, config.precision)
+        autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+        scaler = torch.amp.GradScaler(self.device.type, enabled=dtype == torch.float16)
+        fused = on_cuda if config.fused_adamw is None else config.fused_adamw
         optimizer = torch.optim.AdamW(
-            parameter_groups(model, config.weight_decay), lr=config.learning_rate, betas=config.betas
+            parameter_groups(model, config.weight_decay), lr=config.learning_rate, betas=config.betas, fused=fused
         )
         scheduler = LambdaLR(optimizer, self.lr_lambda)
+        forward = torch.compile(model, dynamic=True) if config.compile else model
+        pool = config.batch_size * (config.bucket_pool if config.skip_padding else 1)
         loader = DataLoader(
             self.train_dataset,
-            batch_size=config.batch_size,
+            batch_size=pool,
             shuffle=True,
             num_workers=config.num_workers,
             persistent_workers=config.num_workers > 0,
-            pin_memory=self.device.type == "cuda",
+            pin_memory=on_cuda,
         )
-        bar = tqdm(total=config.max_epochs * len(loader), dynamic_ncols=True, desc="training")
+        steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
+        bar = tqdm(total=config.max_epochs * steps_per_epoch, dynamic_ncols=True, desc="training")
         for epoch in range(config.max_epochs):
             model.train()
-            total, batches = 0.0, 0
-            for x, y in loader:
-                x, y = x.to(self.device), y.to(self.device)
-                _, loss = model(x, y)
+            epoch_loss = torch.zeros((), device=self.device)
+            window_loss, window_steps = torch.zeros((), device=self.device), 0
+            for x, y in self.batches(loader):
+                with autocast:
+                    _, loss = forward(x, y)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 lr = scheduler.get_last_lr()[0]
                 scheduler.step()
-                loss = loss.item()
-                total, batches = total + loss, batches + 1
-                bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} loss {loss:.4f} lr {lr:.2e}", refresh=False)
+                epoch_loss += loss.detach().float()
+                window_loss += loss.detach().float()
+                window_steps += 1
+                self.step += 1
                 bar.update()
                 if config.writer is not None:
-                    config.writer.add_scalar("train/loss", loss, self.step)
                     config.writer.add_scalar("train/lr", lr, self.step)
-                self.step += 1
-            self.epoch_losses.append(total / max(1, batches))
+                if self.step % config.log_every == 0:
+                    mean = window_loss.item() / window_steps
+                    window_loss.zero_()
+                    window_steps = 0
+                    bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} loss {mean:.4f} lr {lr:.2e}", refresh=False)
+                    if config.writer is not None:
+                        config.writer.add_scalar("train/loss", mean, self.step)
+            self.epoch_losses.append(epoch_loss.item() / steps_per_epoch)
             logger.info("epoch %d: mean train loss %.4f", epoch + 1, self.epoch_losses[-1])
             if self.test_dataset is not None:
                 test_loss = self.evaluate_loss(self.test_dataset)

@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from model import KVCache
+
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -121,18 +123,58 @@ def load_params(model, path):
     return model
 
 
-def predict_places(model, questions, stoi, itos, device, steps=32):
+@torch.no_grad()
+def greedy_decode_cached(model, x, steps, stop_id):
     """
-    Answer "Where was X born?" questions with greedy decoding, one at a time.
+    Greedy continuation of x (B, T) with a KVCache: the prefix is read once and every
+    step feeds only the new token. Stops early once every row has produced stop_id.
+    Returns the generated ids (B, <= steps). Needs T + steps - 1 <= block_size - 1,
+    so that `sample` would never have slid its window; then the tokens are the same.
+    """
+    cache = KVCache()
+    logits, _ = model(x, cache=cache)
+    generated, done = [], torch.zeros(x.size(0), dtype=torch.bool, device=x.device)
+    for step in range(steps):
+        next_ids = logits[:, -1, :].argmax(dim=-1)
+        generated.append(next_ids)
+        done |= next_ids == stop_id
+        if step == steps - 1 or bool(done.all()):
+            break
+        logits, _ = model(next_ids[:, None], cache=cache)
+    return torch.stack(generated, dim=1)
+
+
+def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
+    """
+    Answer "Where was X born?" questions with greedy decoding.
 
     Each question is followed by MASK; the answer is the text the model writes
     between that MASK and the next one (everything written if it never closes it).
+    Questions of equal length are decoded together with a KV cache, which gives the
+    answers of one-at-a-time `sample` calls (sequential=True) in a fraction of the time.
     """
     from dataset import MASK_CHAR
 
-    predictions = []
-    for question in questions:
-        x = torch.tensor([[stoi[c] for c in question + MASK_CHAR]], dtype=torch.long, device=device)
-        completion = "".join(itos[int(i)] for i in sample(model, x, steps)[0])
-        predictions.append(completion.split(MASK_CHAR)[1])
-    return predictions
+    mask_id = stoi[MASK_CHAR]
+    encoded = [[stoi[c] for c in question + MASK_CHAR] for question in questions]
+    context = model.get_block_size() - 1
+    was_training = model.training
+    model.eval()
+    if sequential:
+        batches = [[i] for i in range(len(encoded))]
+    else:
+        by_length = {}
+        for i, ids in enumerate(encoded):
+            by_length.setdefault(len(ids), []).append(i)
+        batches = [rows[j : j + batch_size] for rows in by_length.values() for j in range(0, len(rows), batch_size)]
+    generated = [None] * len(encoded)
+    for rows in batches:
+        x = torch.tensor([encoded[i] for i in rows], dtype=torch.long, device=device)
+        if sequential or x.size(1) + steps - 1 > context:
+            out = sample(model, x, steps)[:, x.size(1) :]
+        else:
+            out = greedy_decode_cached(model, x, steps, mask_id)
+        for i, ids in zip(rows, out.tolist()):
+            generated[i] = ids
+    model.train(was_training)
+    return ["".join(itos[i] for i in ids).split(MASK_CHAR)[0] for ids in generated]

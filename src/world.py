@@ -1,0 +1,199 @@
+"""
+A synthetic "demo world": the assignment's four data files for fictional people.
+
+    python src/world.py FOLDER [--n_train N] [--n_dev N] [--n_test N] [--n_places N] [--seed S]
+
+writes, in the assignment's formats,
+- wiki.txt: one short biography per person ("Full Name. Full Name was ..."), which
+  states the birthplace within its first 100 characters (pretraining examples are
+  cut to at most 112) and, after it, a second place where the person lived or worked;
+- birth_places_train.tsv, birth_dev.tsv: "Where was FULL NAME born?<TAB>PLACE";
+- birth_test_inputs.tsv: "Where was FULL NAME born?".
+
+The people of the three splits are disjoint and every one of them has a biography,
+so the dev and test birthplaces are found only in the pretraining corpus: the
+experiment's claim (facts read in pretraining become answerable after finetuning on
+other people) can be shown end to end, on a CPU, without the assignment's data.
+
+Names and places are built from syllables (they are nobody and nowhere), birthplaces
+follow a Zipf-like law (the most frequent one is a weak baseline, as London is for the
+real data), and the same sizes and seed always give byte-identical files.
+"""
+
+import argparse
+import itertools
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+FILES = ("wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv")
+
+# Names and places are a capitalised stem of two consonant-vowel syllables plus an
+# ending. The stem always has 4 letters, so distinct (stem, ending) choices give
+# distinct strings and the capacities below are exact.
+CONSONANTS = "bdfgklmnprstvz"
+VOWELS = "aeiou"
+SYLLABLES = tuple(c + v for c in CONSONANTS for v in VOWELS)
+STEMS = tuple(a + b for a, b in itertools.product(SYLLABLES, repeat=2))
+FIRST_ENDINGS = ("", "n", "r", "s", "l", "m")
+LAST_ENDINGS = ("", "k", "nen", "ssen", "vic", "ley", "ski", "ez", "dot", "mann", "rup", "ard")
+# No suffix is the start of another, nor of a name ending, so no place is part of another word.
+PLACE_SUFFIXES = ("ton", "burg", "ford", "dale", "vik", "stad", "mouth", "field", "holm", "wick", "polis", "haven", "mere", "gate")
+FIRST_NAMES = len(STEMS) * len(FIRST_ENDINGS)
+NAME_CAPACITY = FIRST_NAMES * len(STEMS) * len(LAST_ENDINGS)  # distinct (first, last) pairs
+PLACE_CAPACITY = len(STEMS) * len(PLACE_SUFFIXES)
+MIDDLE_NAME_RATE = 0.2
+
+ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s: 4.4% for the top one of 300
+
+OCCUPATIONS = (
+    "painter", "sculptor", "poet", "novelist", "journalist", "architect", "composer", "violinist",
+    "chemist", "botanist", "engineer", "surgeon", "historian", "economist", "photographer", "actor",
+    "footballer", "cyclist", "politician", "diplomat", "lawyer", "printer", "bishop", "astronomer",
+)
+FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR = 1800, 1990
+PRESENT_YEAR = 2020
+MIN_LIFESPAN, MAX_LIFESPAN = 30, 95
+DEATH_RATE = 0.5  # of the people old enough to have died
+
+# After "{name}. ": the birthplace comes first and early, the second place after it.
+# They are used in turn, so every one occurs; the first holds the "W" and "?" of the
+# questions, so their characters are always in the corpus's vocabulary.
+TEMPLATES = (
+    '{name} was {a_job} born in {place} in {born}, known for the essay "Why {other}?"',
+    "{name} (born {born} in {place}) was {a_job} who worked in {other}.",
+    "{name} was {a_job} born in {place} in {born}. {last} later moved to {other}.",
+    "Born in {place} in {born}, {name} became {a_job} and settled in {other}.",
+    "{name} was {a_job} whose birthplace was {place}. {last} was born in {born} and trained in {other}.",
+    "{name}, born {born} in {place}, was {a_job} who taught in {other}.",
+    "{name} was born in {place} in {born}. While living in {other}, {last} became {a_job}.",
+    "{name} was {a_job}. Born in {place} in {born}, {last} later lived in {other}.",
+    "{name} was born in {born} in {place}. {last} was {a_job} active in {other}.",
+)
+DEATH = " {last} died in {died}."
+
+
+def stem_name(index, endings):
+    """The index-th word of STEMS x endings, capitalised."""
+    stem, ending = divmod(index, len(endings))
+    return (STEMS[stem] + endings[ending]).capitalize()
+
+
+def place_name(index):
+    """The index-th of the PLACE_CAPACITY place names."""
+    return stem_name(index, PLACE_SUFFIXES)
+
+
+def person_name(index, middle=None):
+    """The index-th of the NAME_CAPACITY (first, last) names, with the middle name index if any."""
+    first, last = divmod(index, len(STEMS) * len(LAST_ENDINGS))
+    words = [stem_name(first, FIRST_ENDINGS), stem_name(last, LAST_ENDINGS)]
+    if middle is not None:
+        words.insert(1, stem_name(middle, FIRST_ENDINGS))
+    return " ".join(words)
+
+
+def check_sizes(n_train, n_dev, n_test, n_places):
+    """Raise ValueError, in one line, unless the sizes make a world."""
+    for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
+        if n < 1:
+            raise ValueError(f"{name} must be at least 1, got {n}")
+    if n_places < 2:
+        raise ValueError(f"n_places must be at least 2 (a birthplace and a different second place), got {n_places}")
+    if n_places > PLACE_CAPACITY:
+        raise ValueError(f"n_places={n_places} is more than the {PLACE_CAPACITY} distinct place names")
+    n_people = n_train + n_dev + n_test
+    if n_people > NAME_CAPACITY:
+        raise ValueError(f"{n_people} people is more than the {NAME_CAPACITY} distinct names")
+
+
+def biography(rng, template, name, last, place, other):
+    """One line of wiki.txt."""
+    job = rng.choice(OCCUPATIONS)
+    born = rng.randint(FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR)
+    text = template
+    if born + MIN_LIFESPAN <= PRESENT_YEAR and rng.random() < DEATH_RATE:
+        text += DEATH.format(last=last, died=rng.randint(born + MIN_LIFESPAN, min(born + MAX_LIFESPAN, PRESENT_YEAR)))
+    a_job = ("an " if job[0] in VOWELS else "a ") + job
+    return f"{name}. " + text.format(name=name, last=last, place=place, other=other, born=born, a_job=a_job)
+
+
+def lines(rows):
+    """The rows as the text of a file: one a line, each ending in a newline."""
+    return "".join(row + "\n" for row in rows)
+
+
+def build_world(n_train=600, n_dev=200, n_test=200, n_places=300, seed=0):
+    """The four files of a world, as {file name: contents}."""
+    check_sizes(n_train, n_dev, n_test, n_places)
+    rng = random.Random(seed)
+    places = [place_name(i) for i in rng.sample(range(PLACE_CAPACITY), n_places)]  # in rank order
+    cum_weights = list(itertools.accumulate(1 / (rank + 1) ** ZIPF_EXPONENT for rank in range(n_places)))
+
+    def draw_place():
+        return rng.choices(places, cum_weights=cum_weights)[0]
+
+    people, bios = [], []
+    for i, index in enumerate(rng.sample(range(NAME_CAPACITY), n_train + n_dev + n_test)):
+        middle = rng.randrange(FIRST_NAMES) if rng.random() < MIDDLE_NAME_RATE else None
+        name = person_name(index, middle)
+        place, other = draw_place(), draw_place()
+        while other == place:
+            other = draw_place()
+        people.append((name, place))
+        bios.append(biography(rng, TEMPLATES[i % len(TEMPLATES)], name, name.rsplit(" ", 1)[1], place, other))
+    rng.shuffle(bios)
+
+    pairs = [f"Where was {name} born?\t{place}" for name, place in people]
+    train, dev, test = pairs[:n_train], pairs[n_train : n_train + n_dev], pairs[n_train + n_dev :]
+    return {
+        "wiki.txt": lines(bios),
+        "birth_places_train.tsv": lines(train),
+        "birth_dev.tsv": lines(dev),
+        "birth_test_inputs.tsv": lines(pair.split("\t")[0] for pair in test),
+    }
+
+
+def write_world(folder, **kwargs):
+    """Build a world (build_world's arguments) and write its files into folder; {file name: path}."""
+    world = build_world(**kwargs)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, text in world.items():
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(text.encode("utf-8"))
+            os.replace(tmp, folder / name)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        paths[name] = str(folder / name)
+    return paths
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="world.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", help="where to write the four files (created if missing)")
+    parser.add_argument("--n_train", type=int, default=600, help="people with a training pair (default 600)")
+    parser.add_argument("--n_dev", type=int, default=200, help="people in birth_dev.tsv (default 200)")
+    parser.add_argument("--n_test", type=int, default=200, help="people in birth_test_inputs.tsv (default 200)")
+    parser.add_argument("--n_places", type=int, default=300, help="distinct places (default 300)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    sizes = dict(n_train=args.n_train, n_dev=args.n_dev, n_test=args.n_test, n_places=args.n_places)
+    try:
+        check_sizes(**sizes)
+    except ValueError as e:
+        parser.error(str(e))
+    for name, path in write_world(args.folder, seed=args.seed, **sizes).items():
+        with open(path, encoding="utf-8") as f:
+            print(f"{path}: {sum(1 for _ in f)} lines")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The fast paths give the results of the straightforward ones: padding skipped, cached batched decoding, GPU settings."""
+
+import pytest
+import torch
+
+from dataset import CharCorruptionDataset, NameDataset
+from model import GPT, GPTConfig, KVCache
+from trainer import Trainer, TrainerConfig, autocast_dtype, length_buckets, real_lengths
+from utils import predict_places
+from world import build_world
+
+VARIANTS = ["vanilla", "perceiver", "synthesizer"]
+
+
+def config_for(variant, vocab_size, block_size, **kw):
+    settings = dict(n_layer=3, n_head=2, n_embd=32, perceiver=variant == "perceiver", bottleneck_dim=16,
+                    synthesizer=variant == "synthesizer")
+    settings.update(kw)
+    return GPTConfig(vocab_size, block_size, **settings)
+
+
+@pytest.fixture(scope="module")
+def world():
+    files = build_world(n_train=120, n_dev=40, n_test=10, n_places=20, seed=3)
+    pre = CharCorruptionDataset(files["wiki.txt"], 128)
+    return files, pre, NameDataset(pre, files["birth_places_train.tsv"])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cutting_padding_keeps_loss_and_gradients(variant, world):
+    _, pre, names = world
+    for dataset in (pre, names):
+        torch.manual_seed(0)
+        model = GPT(config_for(variant, pre.vocab_size, 128)).eval()  # eval: no dropout, same arithmetic
+        x, y = map(torch.stack, zip(*[dataset[i] for i in range(16)]))
+        n = int(real_lengths(y).max())
+        assert n < 127
+        results = []
+        for xb, yb in [(x, y), (x[:, :n], y[:, :n])]:
+            model.zero_grad()
+            _, loss = model(xb, yb)
+            loss.backward()
+            results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+        (full_loss, full_grads), (cut_loss, cut_grads) = results
+        assert torch.allclose(full_loss, cut_loss, atol=1e-6)
+        for name_param, g_full, g_cut in zip(model.named_parameters(), full_grads, cut_grads):
+            assert torch.allclose(g_full, g_cut, atol=1e-6), name_param[0]
+
+
+def test_length_buckets_hold_every_example_once_and_cut_only_padding(world):
+    _, pre, _ = world
+    x, y = map(torch.stack, zip(*[pre[i % len(pre)] for i in range(300)]))
+    batches = list(length_buckets(x, y, 64))
+    assert [len(b[0]) for b in batches][-1] == 300 - 4 * 64 and all(len(b[0]) == 64 for b in batches[:-1])
+    seen = []
+    for xb, yb in batches:
+        n = xb.size(1)
+        assert n == int(real_lengths(yb).max())
+        for row_x, row_y in zip(xb, yb):
+            match = [i for i in range(300) if torch.equal(x[i, :n], row_x) and torch.equal(y[i, :n], row_y)]
+            assert match and not y[match[0], n:].any(), "only pad targets are cut"
+            seen.append(match[0])
+    assert len(seen) == 300
+
+
+def test_bucketing_halves_pretraining_arithmetic(world):
+    """An epoch of pretraining computes at most 60% of the padded arithmetic (token positions)."""
+    _, pre, _ = world
+    torch.manual_seed(0)
+    model = GPT(config_for("vanilla", pre.vocab_size, 128))
+    trainer = Trainer(model, pre, None, TrainerConfig(max_epochs=1, batch_size=32, device="cpu"))
+    positions = 0
+    loader = torch.utils.data.DataLoader(pre, batch_size=32 * trainer.config.bucket_pool, shuffle=True)
+    for x, _ in trainer.batches(loader):
+        positions += x.numel()
+    assert positions <= 0.6 * len(pre) * 127
+
+
+@pytest.fixture(scope="module")
+def trained(world):
+    """A small model of each variant, pretrained and finetuned briefly on the world, so answers vary."""
+    files, pre, names = world
+    models = {}
+    for variant in VARIANTS:
+        torch.manual_seed(0)
+        model = GPT(config_for(variant, pre.vocab_size, 128))
+        for dataset, epochs in [(pre, 3), (names, 4)]:
+            Trainer(model, dataset, None, TrainerConfig(max_epochs=epochs, batch_size=32, learning_rate=3e-3,
+                                                        device="cpu")).train()
+        models[variant] = model.eval()
+    return models
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_batched_cached_decoding_answers_like_one_at_a_time(variant, world, trained):
+    files, pre, _ = world
+    questions = [line.split("\t")[0] for line in files["birth_dev.tsv"].splitlines()]
+    questions.append("Where was " + "Zed " * 20 + "born?")  # too long for the cache: slides like sample()
+    model = trained[variant]
+    batched = predict_places(model, questions, pre.stoi, pre.itos, "cpu", batch_size=7)
+    one_by_one = predict_places(model, questions, pre.stoi, pre.itos, "cpu", sequential=True)
+    assert batched == one_by_one
+    assert len(set(batched)) > 1, "a trivial model would not test much"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kv_cache_gives_the_full_forward(variant):
+    torch.manual_seed(0)
+    model = GPT(config_for(variant, 30, 48)).eval()
+    x = torch.randint(0, 30, (2, 40))
+    full, _ = model(x)
+    cache = KVCache()
+    pieces = [model(x[:, :9], cache=cache)[0]] + [model(x[:, t : t + 1], cache=cache)[0] for t in range(9, 40)]
+    assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-5)
+    assert cache.length == 40
+
+
+def test_autocast_choice():
+    assert autocast_dtype(torch.device("cpu"), "auto") is None
+    assert autocast_dtype(torch.device("cpu"), "bf16") is torch.bfloat16
+    assert autocast_dtype(torch.device("cpu"), "fp16") is torch.float16
+    assert autocast_dtype(torch.device("cuda"), "fp32") is None
+
+
+@pytest.mark.parametrize("settings", [
+    dict(precision="bf16"),
+    dict(precision="fp16"),  # with a GradScaler
+    dict(fused_adamw=True, log_every=1),
+    dict(compile=True),
+    dict(skip_padding=False, num_workers=1),
+])
+def test_gpu_path_settings_train_on_cpu(settings, world, monkeypatch):
+    _, pre, names = world
+    # trace with TorchDynamo and AOTAutograd as on a GPU, but skip Inductor's C++ build, which takes minutes here
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compile_(model, backend="aot_eager", **kw))
+    torch.manual_seed(0)
+    model = GPT(config_for("vanilla", pre.vocab_size, 128))
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Trainer(model, names, None, TrainerConfig(max_epochs=2, batch_size=64, learning_rate=1e-3,
+                                                        device="cpu", **settings))
+    trainer.train()
+    assert all(torch.isfinite(torch.tensor(trainer.epoch_losses)))
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    assert list(model.state_dict()) == list(GPT(config_for("vanilla", pre.vocab_size, 128)).state_dict())
