@@ -1,23 +1,49 @@
-"""python src/london_baseline.py [EVAL_CORPUS_PATH]: the accuracy of answering "London" to every question."""
+"""
+python src/london_baseline.py [EVAL_CORPUS_PATH] [--place PLACE | --most_frequent_in TRAIN_TSV]
+
+The accuracy of answering one place to every question: "London" by default, as in
+the handout, or the most frequent birthplace of a training file.
+"""
 
 import argparse
+import collections
+import sys
 
+from dataset import corpus_lines
 from utils import evaluate_places, resolve_data_path
 
 
+def most_frequent_place(path):
+    """The most common place of a question<TAB>place file (the first seen among ties)."""
+    with open(path, encoding="utf-8") as f:
+        places = [line.split("\t")[1] for line in corpus_lines(f.read()) if "\t" in line]
+    if not places:
+        raise ValueError(f"{path} has no places")
+    return collections.Counter(places).most_common(1)[0][0]
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("eval_corpus_path", nargs="?", default="birth_dev.tsv")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--place", default="London", help="the answer to give (default London)")
+    choice.add_argument("--most_frequent_in", metavar="TRAIN_TSV", help="answer the most frequent place of this file")
     args = parser.parse_args(argv)
     path = resolve_data_path(args.eval_corpus_path)
-    with open(path, encoding="utf-8") as f:
-        n_questions = sum(1 for line in f if line.strip())
-    total, correct = evaluate_places(path, ["London"] * n_questions)
+    try:
+        place = most_frequent_place(resolve_data_path(args.most_frequent_in)) if args.most_frequent_in else args.place
+        with open(path, encoding="utf-8") as f:
+            n_questions = len(corpus_lines(f.read()))
+        total, correct = evaluate_places(path, [place] * n_questions)
+    except (OSError, ValueError) as e:
+        print(f"london_baseline.py: error: {e}", file=sys.stderr)
+        return 2
     if total == 0:
         print(f"{path} has no answers to score")
     else:
         print(f"Correct: {correct} out of {total}: {correct / total * 100}%")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -77,8 +77,9 @@ class DownProjectBlock(nn.Module):
 
     The learned basis C (1, m, n_embd) is the query and the input the keys and
     values; latent position i reads input positions 0..i, so causality holds.
-    With a cache, only the latents that the new inputs complete are computed:
-    latent i is final once input i is known, and none changes after input m-1.
+    The model asks only for the latents its inputs complete (latent i is final
+    once input i is known): for an input shorter than m the others are never
+    read, and when decoding with a cache each new input completes at most one.
     """
 
     def __init__(self, config):
@@ -90,14 +91,13 @@ class DownProjectBlock(nn.Module):
         self.attn = CausalCrossAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, x_input, cache=None, start=0):
-        latent_start, C = 0, self.C
-        if cache is not None:
-            m = C.size(1)
-            latent_start = min(start, m)
-            C = C[:, latent_start : min(start + x_input.size(1), m)]
-            if C.size(1) == 0:
-                return x_input[:, :0]
+    def forward(self, x_input, cache=None, start=0, stop=None):
+        """Latents start..stop-1 (all m by default) for inputs that begin at position `start`."""
+        m = self.C.size(1)
+        latent_start = min(start, m)
+        C = self.C[:, latent_start : m if stop is None else stop]
+        if C.size(1) == 0:
+            return x_input[:, :0]
         y = C + self.attn(self.ln1(x_input), self.ln1(C), cache, latent_start)
         return y + self.mlp(self.ln2(y))
 
@@ -168,11 +168,11 @@ class GPT(nn.Module):
             raise ValueError(f"cannot forward a sequence of length {start + T}: the block size is {self.block_size}")
         x = self.drop(self.tok_emb(idx) + self.pos_emb[:, start : start + T, :])
         if self.perceiver:
-            y = self.down_block(x, cache, start)
+            m = self.down_block.C.size(1)
+            y = self.down_block(x, cache, start, stop=min(start + T, m))
             if y.size(1) > 0:
-                latent_start = min(start, self.down_block.C.size(1))
                 for block in self.blocks:
-                    y = block(y, cache, latent_start)
+                    y = block(y, cache, min(start, m))
             x = self.up_block(y, x, cache, start)
         else:
             for block in self.blocks:

@@ -30,7 +30,7 @@ FINETUNE_EPOCHS_FROM_SCRATCH = 75
 FINETUNE_EPOCHS_FROM_PRETRAINED = 10
 WARMUP_TOKENS = 512 * 20
 FINAL_TOKENS_PER_EXAMPLE = 200 * BLOCK_SIZE  # final_tokens = 200 * len(pretrain_dataset) * block_size
-NUM_WORKERS = 4
+CUDA_NUM_WORKERS = 4
 ANSWER_STEPS = 32
 
 REQUIRED = {
@@ -66,9 +66,15 @@ def build_parser():
     g.add_argument("--n_embd", type=int, default=MODEL["n_embd"])
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
-    g.add_argument("--num_workers", type=int, default=NUM_WORKERS, help="DataLoader worker processes")
-    g.add_argument("--sequential_decoding", action="store_true",
+    g.add_argument("--num_workers", type=int, help="DataLoader worker processes (default: 4 with CUDA, else 0)")
+    s = p.add_argument_group("speed (the defaults are the fast paths; these switch them off or add to them)")
+    s.add_argument("--full_padding", action="store_true",
+                   help="train on rows padded to the block size instead of length-bucketed batches cut to their real length")
+    s.add_argument("--sequential_decoding", action="store_true",
                    help="evaluate one question at a time without a KV cache (same answers, slower)")
+    s.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
+                   help="auto: bf16 autocast on CUDA (fp16 with a gradient scaler without bf16), fp32 elsewhere")
+    s.add_argument("--compile", action="store_true", help="torch.compile the model for training")
     return p
 
 
@@ -128,6 +134,9 @@ def train(args, model, dataset, pretrain_dataset, learning_rate, epochs, batch_s
         num_workers=args.num_workers,
         writer=tensorboard_writer(args),
         device=args.device,
+        skip_padding=not args.full_padding,
+        precision=args.precision,
+        compile=args.compile,
     )
     Trainer(model, dataset, None, config).train()
     config.writer.close()
@@ -155,6 +164,8 @@ def evaluate(args, model, pretrain_dataset):
 
 def run(args):
     set_seed(args.seed)
+    if args.num_workers is None:
+        args.num_workers = CUDA_NUM_WORKERS if pick_device(args.device).type == "cuda" else 0
     pretrain_dataset = CharCorruptionDataset(read_text(args.pretrain_corpus_path, "pretraining corpus"), BLOCK_SIZE)
     model = build_model(args, pretrain_dataset.vocab_size)
     if args.reading_params_path:

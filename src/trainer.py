@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from utils import pick_device, save_params
 
@@ -115,6 +115,7 @@ class Trainer:
         self.test_dataset = test_dataset
         self.epoch_losses = []  # mean training loss of every finished epoch
         self.step = 0  # optimizer steps taken
+        self.useful_tokens = 0  # targets trained on that are not the pad
 
     def tokens_after(self, step):
         """Training tokens seen once batch `step` (0-based) is done: the schedule's clock."""
@@ -137,6 +138,7 @@ class Trainer:
             else:
                 pieces = [(x, y)]
             for xb, yb in pieces:
+                self.useful_tokens += int((yb != 0).sum())
                 yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
 
     def train(self):
@@ -208,8 +210,10 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate_loss(self, dataset):
-        """The mean loss over a dataset, with dropout off."""
+        """The mean loss over a dataset, with dropout off; the model's mode is left as it was."""
+        was_training = self.model.training
         self.model.eval()
         loader = DataLoader(dataset, batch_size=self.config.batch_size, num_workers=self.config.num_workers)
         losses = [self.model(x.to(self.device), y.to(self.device))[1].item() for x, y in loader]
+        self.model.train(was_training)
         return sum(losses) / max(1, len(losses))

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from dataset import MASK_CHAR, corpus_lines
 from model import KVCache
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -72,7 +73,7 @@ def evaluate_places(filepath, predicted_places):
     (0, 0) when the file holds questions without answers.
     """
     with open(filepath, encoding="utf-8") as f:
-        rows = [line.rstrip("\r\n").split("\t") for line in f if line.strip()]
+        rows = [line.split("\t") for line in corpus_lines(f.read())]
     if not rows or len(rows[0]) < 2:
         return 0, 0
     if len(rows) != len(predicted_places):
@@ -153,8 +154,6 @@ def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=25
     Questions of equal length are decoded together with a KV cache, which gives the
     answers of one-at-a-time `sample` calls (sequential=True) in a fraction of the time.
     """
-    from dataset import MASK_CHAR
-
     mask_id = stoi[MASK_CHAR]
     encoded = [[stoi[c] for c in question + MASK_CHAR] for question in questions]
     context = model.get_block_size() - 1

@@ -106,3 +106,28 @@ def test_london_baseline(a5_dir):
     done = subprocess.run([sys.executable, str(ROOT / "src" / "london_baseline.py"), str(a5_dir / "birth_dev.tsv")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "Correct: 25 out of 500: 5.0%"
+
+
+def test_most_frequent_place_baseline(tiny_world, tmp_path):
+    train = tmp_path / "train.tsv"
+    train.write_text("Where was A born?\tLima\nWhere was B born?\tOslo\nWhere was C born?\tOslo\n", encoding="utf-8")
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("Where was D born?\tOslo\nWhere was E born?\tParis\n", encoding="utf-8")
+    script = str(ROOT / "src" / "london_baseline.py")
+    done = subprocess.run([sys.executable, script, str(dev), "--most_frequent_in", str(train)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "Correct: 1 out of 2: 50.0%"
+    done = subprocess.run([sys.executable, script, str(dev)], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "Correct: 0 out of 2: 0.0%"
+    done = subprocess.run([sys.executable, script, str(tmp_path / "none.tsv")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "none.tsv" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_benchmark_sweep_runs(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "src" / "benchmark.py"), "--skip_comparison", "--sweep", "32",
+                           "--sweep_batch", "2", "--variants", "vanilla", "perceiver", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 32 |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["vanilla", "perceiver"]

@@ -1,0 +1,197 @@
+"""
+Measures what the fast paths save, side by side in one run on this machine.
+
+    python src/benchmark.py [--variants vanilla perceiver synthesizer] [--eval_questions 500]
+                            [--sweep 128 256 512 1024] [--device auto]
+
+For each variant, with the handout's model and batch sizes, it trains one epoch of
+pretraining and one of finetuning and answers the dev questions, once the
+straightforward way (every row padded to 128 characters, one question at a time
+without a cache) and once the fast way (padding skipped, questions decoded in
+batches with a KV cache), and prints both figures and their ratio. The answers of
+both decoders on the same model are compared and must be identical.
+
+Then it sweeps the block size and prints the time and peak memory of one training
+step (forward, backward, AdamW) for each variant: the cost of vanilla and synthesizer
+attention grows with L^2, the perceiver's inner blocks with m^2 and its projections
+with L*m. Data: data/ when it holds the assignment's files, else a generated demo world.
+"""
+
+import argparse
+import multiprocessing
+import tempfile
+import time
+
+import torch
+
+from dataset import CharCorruptionDataset, NameDataset, corpus_lines
+from model import GPT, GPTConfig
+from trainer import Trainer, TrainerConfig
+from utils import DATA_DIR, pick_device, predict_places, set_seed
+from world import FILES, write_world
+
+BLOCK_SIZE = 128
+MODEL = dict(n_layer=4, n_head=8, n_embd=256)
+PERCEIVER_BOTTLENECK = 64
+PRETRAIN_BATCH, FINETUNE_BATCH = 128, 256
+PRETRAIN_LR, FINETUNE_LR = 6e-3, 6e-4
+SWEEP_STEPS = 3
+
+
+def model_config(variant, vocab_size, block_size):
+    return GPTConfig(vocab_size, block_size, perceiver=variant == "perceiver", bottleneck_dim=PERCEIVER_BOTTLENECK,
+                     synthesizer=variant == "synthesizer", **MODEL)
+
+
+def load_data():
+    """The four data files' texts: the assignment's when data/ has them, else a fresh demo world."""
+    folder = DATA_DIR
+    if not all((folder / name).exists() for name in FILES):
+        folder = write_world(tempfile.mkdtemp(prefix="demo_world_"))["wiki.txt"].rsplit("/", 1)[0]
+        print(f"data: a generated demo world ({folder}); put the assignment's files in data/ to use them")
+    else:
+        print(f"data: {folder}")
+    from pathlib import Path
+
+    return {name: (Path(folder) / name).read_text(encoding="utf-8") for name in FILES}
+
+
+def timed_training(model, dataset, batch_size, learning_rate, skip_padding, device):
+    config = TrainerConfig(max_epochs=1, batch_size=batch_size, learning_rate=learning_rate, lr_decay=True,
+                           warmup_tokens=512 * 20, final_tokens=200 * len(dataset) * BLOCK_SIZE,
+                           skip_padding=skip_padding, device=device)
+    trainer = Trainer(model, dataset, None, config)
+    sync(trainer.device)
+    start = time.perf_counter()
+    trainer.train()
+    sync(trainer.device)
+    return time.perf_counter() - start, trainer
+
+
+def sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def compare_variant(variant, files, args):
+    """Rows of (what, straightforward, fast, unit) for one variant."""
+    pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
+    names = NameDataset(pretrain, files["birth_places_train.tsv"])
+    questions = [line.split("\t")[0] for line in corpus_lines(files["birth_dev.tsv"])][: args.eval_questions]
+    results = {}
+    for fast in (False, True):
+        set_seed(0)
+        model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
+        seconds, trainer = timed_training(model, pretrain, PRETRAIN_BATCH, PRETRAIN_LR, fast, args.device)
+        results[fast, "step"] = seconds / trainer.step
+        results[fast, "tokens"] = trainer.useful_tokens / seconds
+        results[fast, "finetune"], trainer = timed_training(model, names, FINETUNE_BATCH, FINETUNE_LR, fast, args.device)
+    answers = {}
+    for fast in (False, True):
+        start = time.perf_counter()
+        answers[fast] = predict_places(model, questions, pretrain.stoi, pretrain.itos, trainer.device, sequential=not fast)
+        sync(trainer.device)
+        results[fast, "eval"] = len(questions) / (time.perf_counter() - start)
+    if answers[False] != answers[True]:
+        raise SystemExit(f"{variant}: batched decoding answered differently from one-at-a-time decoding")
+    return [
+        ("pretraining step", results[False, "step"], results[True, "step"], "s", True),
+        ("pretraining useful tokens/s", results[False, "tokens"], results[True, "tokens"], "", False),
+        ("finetuning epoch", results[False, "finetune"], results[True, "finetune"], "s", True),
+        (f"evaluation questions/s ({len(questions)}, identical answers)", results[False, "eval"], results[True, "eval"], "", False),
+    ]
+
+
+def measure_step(variant, block_size, batch_size, device, queue):
+    """Time and peak memory of one training step at this block size, in a fresh process.
+    On CPU the memory is the growth of the resident size (Linux), on CUDA of allocated memory."""
+    torch.manual_seed(0)
+    device = torch.device(device)
+    model = GPT(model_config(variant, 256, block_size)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(2, 256, (batch_size, block_size - 1), device=device)
+
+    def step():
+        _, loss = model(x, x)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak resident size (VmHWM)
+        base = memory_status("VmRSS")
+    step()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(SWEEP_STEPS):
+        step()
+    sync(device)
+    seconds = (time.perf_counter() - start) / SWEEP_STEPS
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        peak = memory_status("VmHWM") - base
+    queue.put((seconds, peak))
+
+
+def memory_status(field):
+    """A field of /proc/self/status in bytes (Linux): VmRSS now, VmHWM its peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def sweep(args):
+    context = multiprocessing.get_context("spawn")
+    rows = []
+    for block_size in args.sweep:
+        for variant in args.variants:
+            queue = context.Queue()
+            worker = context.Process(target=measure_step, args=(variant, block_size, args.sweep_batch, args.device, queue))
+            worker.start()
+            seconds, peak = queue.get()
+            worker.join()
+            rows.append((block_size, variant, seconds, peak))
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=["vanilla", "perceiver", "synthesizer"],
+                        choices=["vanilla", "perceiver", "synthesizer"])
+    parser.add_argument("--eval_questions", type=int, default=500, help="dev questions to answer (default 500)")
+    parser.add_argument("--sweep", type=int, nargs="*", default=[128, 256, 512, 1024], help="block sizes to sweep")
+    parser.add_argument("--sweep_batch", type=int, default=8, help="batch size of the sweep's steps")
+    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
+    args = parser.parse_args(argv)
+    args.device = str(pick_device(args.device))
+    print(f"device: {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+    if not args.skip_comparison:
+        files = load_data()
+        print("\n| variant | measure | straightforward | fast | ratio |")
+        print("| --- | --- | --- | --- | --- |")
+        for variant in args.variants:
+            for what, slow, fast, unit, lower_is_better in compare_variant(variant, files, args):
+                ratio = slow / fast if lower_is_better else fast / slow
+                print(f"| {variant} | {what} | {slow:.3g}{unit} | {fast:.3g}{unit} | {ratio:.1f}x |", flush=True)
+
+    if args.sweep:
+        print(f"\nOne training step, batch {args.sweep_batch}, sequences of block_size-1 tokens "
+              f"(perceiver m={PERCEIVER_BOTTLENECK}):")
+        print("\n| block size | variant | step time | peak memory |")
+        print("| --- | --- | --- | --- |")
+        for block_size, variant, seconds, peak in sweep(args):
+            print(f"| {block_size} | {variant} | {seconds * 1000:.0f} ms | {peak / 2**20:.0f} MiB |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
