@@ -6,7 +6,7 @@ import torch
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig, KVCache
 from trainer import Trainer, TrainerConfig, autocast_dtype, length_buckets, real_lengths
-from utils import predict_places
+from utils import predict_places, set_seed
 from world import build_world
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer"]
@@ -82,9 +82,9 @@ def trained(world):
     files, pre, names = world
     models = {}
     for variant in VARIANTS:
-        torch.manual_seed(0)
+        set_seed(0)
         model = GPT(config_for(variant, pre.vocab_size, 128))
-        for dataset, epochs in [(pre, 3), (names, 4)]:
+        for dataset, epochs in [(pre, 3), (names, 6)]:
             Trainer(model, dataset, None, TrainerConfig(max_epochs=epochs, batch_size=32, learning_rate=3e-3,
                                                         device="cpu")).train()
         models[variant] = model.eval()
