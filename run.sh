@@ -27,8 +27,8 @@ step() {  # step DESCRIPTION COMMAND...: run it, echoing it first
   "${@:2}"
 }
 
-run_py() {
-  "$PY" src/run.py "$@" "${OVERRIDES[@]}"
+run_py() {  # (the ${a[@]+...} form keeps empty arrays working under set -u in bash 3, as on macOS)
+  "$PY" src/run.py "$@" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
 }
 
 evaluate() {  # evaluate NAME VARIANT PARAMS PREFIX [FLAGS...]: dev and test predictions, dev accuracy kept
@@ -55,12 +55,12 @@ evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopr
 for variant in vanilla perceiver synthesizer; do
   flags=()
   [[ $variant == perceiver ]] && flags=(--bottleneck_dim 64)
-  step "$variant pretraining" run_py pretrain "$variant" wiki.txt "${flags[@]}" --pretrain_lr 6e-3 \
+  step "$variant pretraining" run_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} --pretrain_lr 6e-3 \
     --writing_params_path "$variant.pretrain.params"
-  step "$variant finetuning" run_py finetune "$variant" wiki.txt "${flags[@]}" \
+  step "$variant finetuning" run_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --reading_params_path "$variant.pretrain.params" --writing_params_path "$variant.finetune.params" \
     --finetune_corpus_path birth_places_train.tsv
-  evaluate "$variant with pretraining" "$variant" "$variant.finetune.params" "$variant.pretrain" "${flags[@]}"
+  evaluate "$variant with pretraining" "$variant" "$variant.finetune.params" "$variant.pretrain" ${flags[@]+"${flags[@]}"}
 done
 
 {

@@ -93,11 +93,24 @@ class CausalCrossAttention(nn.Module):
         return self.resid_drop(self.proj(merge_heads(y)))
 
 
+def register_course_mask(module, block_size):
+    """
+    The course's attention modules keep their causal mask as a buffer, so it is part
+    of their state_dict. The same buffer here (SDPA masks on its own) keeps .params
+    files interchangeable with the course's code in both directions.
+    """
+    module.register_buffer("mask", torch.ones(block_size, block_size).tril().view(1, 1, block_size, block_size))
+
+
 class CausalSelfAttention(CausalCrossAttention):
     """Masked multi-head self-attention: forward(x) with x of shape (B, T, C)."""
 
-    def forward(self, x, cache=None, start=0):
-        return super().forward(x, x, cache, start)
+    def __init__(self, config):
+        super().__init__(config)
+        register_course_mask(self, config.block_size)
+
+    def forward(self, x, cache=None, q_start=0):
+        return super().forward(x, x, cache, q_start)
 
 
 class SynthesizerAttention(nn.Module):
@@ -130,14 +143,15 @@ class SynthesizerAttention(nn.Module):
         self.n_head = config.n_head
         self.max_len = config.block_size - 1
         nn.init.uniform_(self.w2, -0.001, 0.001)
+        register_course_mask(self, config.block_size)
 
-    def forward(self, x, cache=None, start=0):
-        T = start + x.size(1)  # positions seen so far, this call's included
+    def forward(self, x, cache=None, q_start=0):
+        T = q_start + x.size(1)  # positions seen so far, this call's included
         if T > self.max_len:
             raise ValueError(f"SynthesizerAttention takes at most {self.max_len} positions, got {T}")
         h = split_heads(F.relu(self.w1(x)), self.n_head)  # (B, nh, T_new, hs)
         (v,) = extend_cache(self, cache, split_heads(self.value(x), self.n_head))  # (B, nh, T, hs)
         keys = self.w2[:, :T].t().to(h.dtype).expand(h.size(0), h.size(1), -1, -1)  # (B, nh, T, hs), one set for all
         dropout = self.attn_pdrop if self.training else 0.0
-        y = causal_attention(h, keys, v, start, bias=self.b2[:T], dropout_p=dropout, scale=1.0)
+        y = causal_attention(h, keys, v, q_start, bias=self.b2[:T], dropout_p=dropout, scale=1.0)
         return self.resid_drop(self.proj(merge_heads(y)))

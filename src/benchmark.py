@@ -21,19 +21,19 @@ import argparse
 import multiprocessing
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from dataset import CharCorruptionDataset, NameDataset, corpus_lines
 from model import GPT, GPTConfig
+from run import (BLOCK_SIZE, FINAL_TOKENS_PER_EXAMPLE, FINETUNE_BATCH_SIZE, FINETUNE_BUCKET_POOL, MODEL,
+                 PRETRAIN_BATCH_SIZE, PRETRAIN_BUCKET_POOL, WARMUP_TOKENS)
 from trainer import Trainer, TrainerConfig
 from utils import DATA_DIR, pick_device, predict_places, set_seed
 from world import FILES, write_world
 
-BLOCK_SIZE = 128
-MODEL = dict(n_layer=4, n_head=8, n_embd=256)
-PERCEIVER_BOTTLENECK = 64
-PRETRAIN_BATCH, FINETUNE_BATCH = 128, 256
+PERCEIVER_BOTTLENECK = 64  # the handout's perceiver runs
 PRETRAIN_LR, FINETUNE_LR = 6e-3, 6e-4
 SWEEP_STEPS = 3
 
@@ -47,19 +47,19 @@ def load_data():
     """The four data files' texts: the assignment's when data/ has them, else a fresh demo world."""
     folder = DATA_DIR
     if not all((folder / name).exists() for name in FILES):
-        folder = write_world(tempfile.mkdtemp(prefix="demo_world_"))["wiki.txt"].rsplit("/", 1)[0]
+        folder = Path(tempfile.mkdtemp(prefix="demo_world_"))
+        write_world(folder)
         print(f"data: a generated demo world ({folder}); put the assignment's files in data/ to use them")
     else:
         print(f"data: {folder}")
-    from pathlib import Path
-
-    return {name: (Path(folder) / name).read_text(encoding="utf-8") for name in FILES}
+    return {name: (folder / name).read_text(encoding="utf-8") for name in FILES}
 
 
-def timed_training(model, dataset, batch_size, learning_rate, skip_padding, device):
+def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device):
+    """One epoch with run.py's settings: (seconds, trainer)."""
     config = TrainerConfig(max_epochs=1, batch_size=batch_size, learning_rate=learning_rate, lr_decay=True,
-                           warmup_tokens=512 * 20, final_tokens=200 * len(dataset) * BLOCK_SIZE,
-                           skip_padding=skip_padding, device=device)
+                           warmup_tokens=WARMUP_TOKENS, final_tokens=FINAL_TOKENS_PER_EXAMPLE * len(dataset),
+                           skip_padding=skip_padding, bucket_pool=bucket_pool, device=device)
     trainer = Trainer(model, dataset, None, config)
     sync(trainer.device)
     start = time.perf_counter()
@@ -82,10 +82,12 @@ def compare_variant(variant, files, args):
     for fast in (False, True):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
-        seconds, trainer = timed_training(model, pretrain, PRETRAIN_BATCH, PRETRAIN_LR, fast, args.device)
+        seconds, trainer = timed_training(model, pretrain, PRETRAIN_BATCH_SIZE, PRETRAIN_BUCKET_POOL, PRETRAIN_LR, fast,
+                                          args.device)
         results[fast, "step"] = seconds / trainer.step
         results[fast, "tokens"] = trainer.useful_tokens / seconds
-        results[fast, "finetune"], trainer = timed_training(model, names, FINETUNE_BATCH, FINETUNE_LR, fast, args.device)
+        results[fast, "finetune"], trainer = timed_training(model, names, FINETUNE_BATCH_SIZE, FINETUNE_BUCKET_POOL,
+                                                            FINETUNE_LR, fast, args.device)
     answers = {}
     for fast in (False, True):
         start = time.perf_counter()

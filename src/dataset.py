@@ -111,6 +111,8 @@ class NameDataset(Dataset):
             if len(fields) != 2:
                 raise ValueError(f"line {lineno}: expected 'question<TAB>place', got {len(fields)} field(s)")
             (question, q_dropped), (place, p_dropped) = (known_characters(f, self.stoi) for f in fields)
+            if len(question) + len(place) + 2 > self.block_size:
+                raise ValueError(f"line {lineno}: question and place are longer than the block size {self.block_size}")
             self.data.append((question, place))
             self.dropped_characters += q_dropped + p_dropped
 
@@ -120,8 +122,6 @@ class NameDataset(Dataset):
     def __getitem__(self, idx):
         question, place = self.data[idx]
         text = question + MASK_CHAR + place + MASK_CHAR
-        if len(text) > self.block_size:
-            raise ValueError(f"example {idx} is {len(text)} characters, longer than the block size {self.block_size}")
         text += PAD_CHAR * (self.block_size - len(text))
         target = PAD_CHAR * (len(question) - 1) + text[len(question) :]
         x = torch.tensor([self.stoi[c] for c in text[:-1]], dtype=torch.long)

@@ -13,6 +13,7 @@ The vocabulary always comes from the pretraining corpus, so all three agree.
 
 import argparse
 import logging
+import os
 import sys
 
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines
@@ -26,6 +27,8 @@ MODEL = dict(n_layer=4, n_head=8, n_embd=256)
 PRETRAIN_EPOCHS = 650
 PRETRAIN_BATCH_SIZE = 128
 FINETUNE_BATCH_SIZE = 256
+PRETRAIN_BUCKET_POOL = 16  # pretraining batches group examples of similar length
+FINETUNE_BUCKET_POOL = 1  # finetuning examples keep the handout's random batches (cut, not grouped)
 FINETUNE_EPOCHS_FROM_SCRATCH = 75
 FINETUNE_EPOCHS_FROM_PRETRAINED = 10
 WARMUP_TOKENS = 512 * 20
@@ -44,12 +47,31 @@ class UsageError(Exception):
     """A problem with the user's input: reported in one line, exit code 2."""
 
 
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def check_writable(path, what):
+    """Fail now, not after hours of training, if `path` cannot be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path} is a directory")
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK):
+        raise UsageError(f"{what} {path} cannot be written: {existing} is not a writable folder")
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("function", choices=["pretrain", "finetune", "evaluate"])
     p.add_argument("variant", choices=["vanilla", "perceiver", "synthesizer"])
     p.add_argument("pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary")
-    p.add_argument("--bottleneck_dim", type=int, default=32, help="perceiver latent length m (default 32)")
+    p.add_argument("--bottleneck_dim", type=positive_int, default=32, help="perceiver latent length m (default 32)")
     p.add_argument("--reading_params_path", help="params to start from (finetune) or to evaluate")
     p.add_argument("--writing_params_path", help="where to save the trained params")
     p.add_argument("--finetune_corpus_path", help="question<TAB>place pairs to finetune on")
@@ -59,14 +81,14 @@ def build_parser():
     p.add_argument("--finetune_lr", type=float, default=6e-4)
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
     g = p.add_argument_group("overrides for quick runs and experiments (defaults: the handout's)")
-    g.add_argument("--max_epochs", type=int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)")
-    g.add_argument("--batch_size", type=int, help="batch size (pretrain 128, finetune 256)")
-    g.add_argument("--n_layer", type=int, default=MODEL["n_layer"])
-    g.add_argument("--n_head", type=int, default=MODEL["n_head"])
-    g.add_argument("--n_embd", type=int, default=MODEL["n_embd"])
+    g.add_argument("--max_epochs", type=positive_int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)")
+    g.add_argument("--batch_size", type=positive_int, help="batch size (pretrain 128, finetune 256)")
+    g.add_argument("--n_layer", type=positive_int, default=MODEL["n_layer"])
+    g.add_argument("--n_head", type=positive_int, default=MODEL["n_head"])
+    g.add_argument("--n_embd", type=positive_int, default=MODEL["n_embd"])
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
-    g.add_argument("--num_workers", type=int, help="DataLoader worker processes (default: 4 with CUDA, else 0)")
+    g.add_argument("--num_workers", type=int, choices=range(0, 65), metavar="N", help="DataLoader worker processes (default: 4 with CUDA, else 0)")
     s = p.add_argument_group("speed (the defaults are the fast paths; these switch them off or add to them)")
     s.add_argument("--full_padding", action="store_true",
                    help="train on rows padded to the block size instead of length-bucketed batches cut to their real length")
@@ -91,6 +113,10 @@ def read_text(path, what):
 
 
 def build_model(args, vocab_size):
+    if args.n_embd % args.n_head:
+        raise UsageError(f"--n_embd {args.n_embd} must be a multiple of --n_head {args.n_head}")
+    if args.variant == "perceiver" and args.n_layer < 2:
+        raise UsageError("the perceiver needs --n_layer 2 or more (a down- and an up-projection block)")
     config = GPTConfig(
         vocab_size,
         BLOCK_SIZE,
@@ -123,7 +149,7 @@ def tensorboard_writer(args):
     )
 
 
-def train(args, model, dataset, pretrain_dataset, learning_rate, epochs, batch_size):
+def train(args, model, dataset, pretrain_dataset, learning_rate, epochs, batch_size, bucket_pool):
     config = TrainerConfig(
         max_epochs=args.max_epochs or epochs,
         batch_size=args.batch_size or batch_size,
@@ -135,6 +161,7 @@ def train(args, model, dataset, pretrain_dataset, learning_rate, epochs, batch_s
         writer=tensorboard_writer(args),
         device=args.device,
         skip_padding=not args.full_padding,
+        bucket_pool=bucket_pool,
         precision=args.precision,
         compile=args.compile,
     )
@@ -144,9 +171,15 @@ def train(args, model, dataset, pretrain_dataset, learning_rate, epochs, batch_s
 
 
 def evaluate(args, model, pretrain_dataset):
-    questions, dropped = [], 0
-    for _, line in numbered_lines(read_text(args.eval_corpus_path, "evaluation corpus")):
-        question, n = known_characters(line.split("\t")[0], pretrain_dataset.stoi)
+    questions, dropped, answered = [], 0, None
+    for lineno, line in numbered_lines(read_text(args.eval_corpus_path, "evaluation corpus")):
+        fields = line.split("\t")
+        has_place = len(fields) == 2
+        if len(fields) > 2 or answered not in (None, has_place):
+            raise UsageError(f"{resolve_data_path(args.eval_corpus_path)} line {lineno}: expected 'question' on every "
+                             "line or 'question<TAB>place' on every line")
+        answered = has_place
+        question, n = known_characters(fields[0], pretrain_dataset.stoi)
         questions.append(question)
         dropped += n
     if dropped:
@@ -163,16 +196,24 @@ def evaluate(args, model, pretrain_dataset):
 
 
 def run(args):
+    for name in ("writing_params_path", "outputs_path"):
+        if getattr(args, name):
+            check_writable(getattr(args, name), "--" + name)
+    try:
+        device = pick_device(args.device)
+    except RuntimeError as e:
+        raise UsageError(str(e)) from None
     set_seed(args.seed)
     if args.num_workers is None:
-        args.num_workers = CUDA_NUM_WORKERS if pick_device(args.device).type == "cuda" else 0
+        args.num_workers = CUDA_NUM_WORKERS if device.type == "cuda" else 0
     pretrain_dataset = CharCorruptionDataset(read_text(args.pretrain_corpus_path, "pretraining corpus"), BLOCK_SIZE)
     model = build_model(args, pretrain_dataset.vocab_size)
     if args.reading_params_path:
         read_params(model, args.reading_params_path, args.variant)
 
     if args.function == "pretrain":
-        train(args, model, pretrain_dataset, pretrain_dataset, args.pretrain_lr, PRETRAIN_EPOCHS, PRETRAIN_BATCH_SIZE)
+        train(args, model, pretrain_dataset, pretrain_dataset, args.pretrain_lr, PRETRAIN_EPOCHS, PRETRAIN_BATCH_SIZE,
+              PRETRAIN_BUCKET_POOL)
     elif args.function == "finetune":
         epochs = FINETUNE_EPOCHS_FROM_PRETRAINED if args.reading_params_path else FINETUNE_EPOCHS_FROM_SCRATCH
         path = args.finetune_corpus_path
@@ -186,7 +227,8 @@ def run(args):
                 " from the finetuning pairs",
                 file=sys.stderr,
             )
-        train(args, model, finetune_dataset, pretrain_dataset, args.finetune_lr, epochs, FINETUNE_BATCH_SIZE)
+        train(args, model, finetune_dataset, pretrain_dataset, args.finetune_lr, epochs, FINETUNE_BATCH_SIZE,
+              FINETUNE_BUCKET_POOL)
     else:
         evaluate(args, model, pretrain_dataset)
 

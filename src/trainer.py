@@ -3,15 +3,16 @@ The training loop shared by pretraining and finetuning (minGPT's Trainer).
 
 AdamW with weight decay on the matrix-multiply weights only, a learning rate that
 warms up linearly and then follows a cosine down to 10% of its peak (both counted
-in training tokens, as in minGPT), gradient-norm clipping, a tqdm bar and
+in training tokens, block_size-1 per example; step s uses the rate for the tokens
+up to and including its own batch), gradient-norm clipping, a tqdm bar and
 TensorBoard scalars.
 
 Padding is skipped: every batch is cut after its last target that is not the pad
 (exact, since the loss ignores pad targets and every model here is causal), and
-batches are drawn from pools of examples sorted by length, so that a batch holds
-examples of similar length. On CUDA it trains in bf16 (fp16 with a gradient scaler
-where bf16 is missing) with TF32 matmuls and fused AdamW, and reads the loss back
-only every log_every steps, so the GPU never waits for the host.
+batches can be drawn from pools of examples grouped by length (bucket_pool), so
+that a batch holds examples of similar length. On CUDA it trains in bf16 (fp16
+with a gradient scaler where bf16 is missing) with TF32 matmuls and fused AdamW,
+and reads the loss back only every log_every steps instead of after every step.
 """
 
 import contextlib
@@ -45,8 +46,8 @@ class TrainerConfig:
     writer = None  # a torch.utils.tensorboard.SummaryWriter, or None
     ckpt_path = None  # where to save the model's state_dict after every epoch, or None
     device = "auto"  # "auto", "cuda", "mps" or "cpu"
-    skip_padding = True  # cut batches to their real length and bucket examples by length
-    bucket_pool = 16  # batches per pool sorted by length when skip_padding
+    skip_padding = True  # cut every batch after its last non-pad target (exact)
+    bucket_pool = 16  # with skip_padding, batches per pool of examples grouped by length (1: no grouping)
     precision = "auto"  # "auto" (bf16, or fp16 + GradScaler, on CUDA; fp32 elsewhere), "fp32", "bf16", "fp16"
     fused_adamw = None  # None: fused on CUDA
     compile = False  # torch.compile the model
@@ -74,14 +75,17 @@ def real_lengths(y):
 def length_buckets(x, y, batch_size):
     """
     Split a pool of examples into batches of similar length, each cut to its longest row.
-    The batches come in random order, a short remainder batch last.
+    The full batches come in random order (ties in length broken at random), then a
+    short remainder batch of randomly chosen examples, as a DataLoader would end an epoch.
     """
     lengths = real_lengths(y)
-    order = torch.argsort(lengths)
-    chunks = list(order.split(batch_size))
-    full = [chunks[i] for i in torch.randperm(len(chunks) - 1).tolist()] if len(chunks) > 1 else []
-    for rows in full + chunks[-1:]:
-        rows = rows[torch.randperm(len(rows))]
+    order = torch.randperm(len(y))
+    n_remainder = len(y) % batch_size
+    remainder, rest = order[:n_remainder], order[n_remainder:]
+    rest = rest[torch.argsort(lengths[rest], stable=True)]
+    chunks = [rows for rows in rest.split(batch_size) if len(rows)]
+    chunks = [chunks[i] for i in torch.randperm(len(chunks)).tolist()] + ([remainder] if n_remainder else [])
+    for rows in chunks:
         n = max(1, int(lengths[rows].max()))
         yield x[rows, :n], y[rows, :n]
 
@@ -139,6 +143,8 @@ class Trainer:
                 pieces = [(x, y)]
             for xb, yb in pieces:
                 self.useful_tokens += int((yb != 0).sum())
+                if self.device.type == "cuda":
+                    xb, yb = xb.pin_memory(), yb.pin_memory()
                 yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
 
     def train(self):

@@ -22,13 +22,11 @@ def set_seed(seed):
 
 def pick_device(name="auto"):
     """torch.device for "cuda", "mps", "cpu", or "auto" (the first of those that is available)."""
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
     if name == "auto":
-        if torch.cuda.is_available():
-            name = "cuda"
-        elif torch.backends.mps.is_available():
-            name = "mps"
-        else:
-            name = "cpu"
+        name = next(device for device, ok in available.items() if ok)
+    elif not available[name]:
+        raise RuntimeError(f"device {name} is not available on this machine (try --device auto)")
     return torch.device(name)
 
 
@@ -112,15 +110,19 @@ def save_params(model, path):
 
 def load_params(model, path):
     """
-    Load a state_dict saved by save_params (or by the course's code) into `model`.
+    Load a state_dict saved by save_params, or by the course's code, into `model`.
 
-    The course's attention modules keep their causal masks as buffers; this
-    project builds masks on the fly, so those entries are ignored.
+    Causal-mask buffers are not learned, so the model keeps its own: files whose
+    masks have another size or none at all (older layouts) load too.
     """
     state = torch.load(path, map_location="cpu", weights_only=True)
-    expected = model.state_dict()
-    state = {k: v for k, v in state.items() if k in expected or not k.endswith(".mask")}
-    model.load_state_dict(state)
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds a {type(state).__name__}, not a state_dict")
+    state = {k: v for k, v in state.items() if not k.endswith(".mask")}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith(".mask")]
+    if missing or unexpected:
+        raise ValueError(f"missing keys {missing[:3]}, unexpected keys {unexpected[:3]}")
     return model
 
 

@@ -131,3 +131,36 @@ def test_benchmark_sweep_runs(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 32 |")]
     assert [row.split("|")[2].strip() for row in rows] == ["vanilla", "perceiver"]
+
+
+def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
+    wiki, train, dev = tiny_world["wiki.txt"], tiny_world["train.tsv"], tiny_world["dev.tsv"]
+    long_pair = tmp_path / "long.tsv"
+    long_pair.write_text("Where was " + "A" * 200 + " born?\tParis\n", encoding="utf-8")
+    mixed = tmp_path / "mixed.tsv"
+    mixed.write_text("Where was Ada Berg born?\tParis\nWhere was Ada Costa born?\n", encoding="utf-8")
+    params = tmp_path / "p.params"
+    assert main("finetune", "vanilla", wiki, "--writing_params_path", params, "--finetune_corpus_path", train,
+                "--max_epochs", 1, *SMALL) == 0
+    cases = [
+        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path], "is a directory"),
+        (["finetune", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params",
+          "--finetune_corpus_path", long_pair], "line 1: question and place are longer than the block size"),
+        (["evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path", mixed,
+          "--outputs_path", tmp_path / "mixed.predictions"], "line 2: expected 'question' on every line"),
+        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--n_head", "3"],
+         "must be a multiple of --n_head 3"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--device", "cuda"],
+                      "device cuda is not available"))
+    for args, message in cases:
+        capsys.readouterr()
+        assert main(*args[:3], *SMALL, *args[3:]) == 2, args  # the case's own flags come last and win
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x.params").exists() and not (tmp_path / "mixed.predictions").exists()
+
+    with pytest.raises(SystemExit) as exit_info:
+        main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--max_epochs", "0")
+    assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err

@@ -66,7 +66,7 @@ def test_length_buckets_hold_every_example_once_and_cut_only_padding(world):
 def test_bucketing_halves_pretraining_arithmetic(world):
     """An epoch of pretraining computes at most 60% of the padded arithmetic (token positions)."""
     _, pre, _ = world
-    torch.manual_seed(0)
+    set_seed(0)
     model = GPT(config_for("vanilla", pre.vocab_size, 128))
     trainer = Trainer(model, pre, None, TrainerConfig(max_epochs=1, batch_size=32, device="cpu"))
     positions = 0
@@ -95,7 +95,7 @@ def trained(world):
 def test_batched_cached_decoding_answers_like_one_at_a_time(variant, world, trained):
     files, pre, _ = world
     questions = [line.split("\t")[0] for line in files["birth_dev.tsv"].splitlines()]
-    questions.append("Where was " + "Zed " * 20 + "born?")  # too long for the cache: slides like sample()
+    questions.append("Where was " + "Zed " * 21 + "born?")  # too long for the cache: slides like sample()
     model = trained[variant]
     batched = predict_places(model, questions, pre.stoi, pre.itos, "cpu", batch_size=7)
     one_by_one = predict_places(model, questions, pre.stoi, pre.itos, "cpu", sequential=True)

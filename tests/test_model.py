@@ -169,3 +169,9 @@ def test_params_are_a_plain_state_dict_and_course_masks_are_ignored(tmp_path):
         save_params(model, tmp_path / "ours.params")
         saved = torch.load(tmp_path / "ours.params", weights_only=True)
         assert isinstance(saved, dict) and saved.keys() == model.state_dict().keys()
+        if variant != "perceiver":  # the course's layout: a causal-mask buffer in every attention module
+            assert saved["blocks.0.attn.mask"].shape == (1, 1, BLOCK, BLOCK)
+
+        state = {k: v for k, v in model.state_dict().items() if not k.endswith(".mask")}
+        torch.save(state, tmp_path / "maskless.params")
+        assert torch.equal(load_params(small_model(variant, seed=3), tmp_path / "maskless.params")(idx)[0], model(idx)[0])

@@ -86,9 +86,15 @@ def test_training_lowers_the_loss_and_logs_to_tensorboard(names, tmp_path):
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
 
 
-def test_test_dataset_loss_is_reported(names):
+def test_test_dataset_loss_is_reported(names, tmp_path):
     pre, ds = names
     model = GPT(GPTConfig(pre.vocab_size, pre.block_size, n_layer=2, n_head=2, n_embd=16))
-    trainer = Trainer(model, ds, ds, TrainerConfig(max_epochs=1, batch_size=32, device="cpu"))
+    writer = SummaryWriter(log_dir=str(tmp_path))
+    trainer = Trainer(model, ds, ds, TrainerConfig(max_epochs=2, batch_size=32, device="cpu", writer=writer))
     trainer.train()
-    assert math.isfinite(trainer.evaluate_loss(ds))
+    writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    reported = [e.value for e in events.Scalars("test/loss")]
+    assert len(reported) == 2 and reported[-1] == pytest.approx(trainer.evaluate_loss(ds))
+    assert model.training, "evaluating the loss leaves the model's mode as it was"

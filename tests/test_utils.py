@@ -31,8 +31,13 @@ def test_greedy_sampling_feeds_back_the_argmax():
 def test_sampling_restores_the_training_mode_and_draws_from_top_k():
     model = tiny_model().train()
     torch.manual_seed(1)
-    out = sample(model, torch.zeros(1, 3, dtype=torch.long), 20, sample=True, top_k=3, temperature=2.0)
-    assert model.training and out.shape == (1, 23)
+    out = sample(model, torch.zeros(4, 3, dtype=torch.long), 12, sample=True, top_k=3, temperature=2.0)
+    assert model.training and out.shape == (4, 15)
+    model.eval()
+    logits, _ = model(out[:, :-1])
+    top3 = logits[:, 2:].topk(3, dim=-1).indices  # the model's top 3 before every sampled token
+    assert (top3 == out[:, 3:, None]).any(dim=-1).all()
+    assert len(set(out[:, 3:].flatten().tolist())) > 3, "draws, not always the argmax"
 
 
 @pytest.mark.parametrize("synthesizer", [False, True])
