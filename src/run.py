@@ -170,7 +170,7 @@ def train(args, model, dataset, pretrain_dataset, learning_rate, epochs, batch_s
     save_params(model, args.writing_params_path)
 
 
-def evaluate(args, model, pretrain_dataset):
+def evaluate(args, model, pretrain_dataset, device):
     questions, dropped, answered = [], 0, None
     for lineno, line in numbered_lines(read_text(args.eval_corpus_path, "evaluation corpus")):
         fields = line.split("\t")
@@ -184,9 +184,8 @@ def evaluate(args, model, pretrain_dataset):
         dropped += n
     if dropped:
         print(f"dropped {dropped} character(s) outside the pretraining vocabulary from the questions", file=sys.stderr)
-    model.to(pick_device(args.device))
-    predictions = predict_places(model, questions, pretrain_dataset.stoi, pretrain_dataset.itos,
-                                 next(model.parameters()).device, ANSWER_STEPS, sequential=args.sequential_decoding)
+    predictions = predict_places(model.to(device), questions, pretrain_dataset.stoi, pretrain_dataset.itos, device,
+                                 ANSWER_STEPS, sequential=args.sequential_decoding)
     atomic_write(args.outputs_path, lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")))
     total, correct = evaluate_places(resolve_data_path(args.eval_corpus_path), predictions)
     if total > 0:
@@ -230,7 +229,7 @@ def run(args):
         train(args, model, finetune_dataset, pretrain_dataset, args.finetune_lr, epochs, FINETUNE_BATCH_SIZE,
               FINETUNE_BUCKET_POOL)
     else:
-        evaluate(args, model, pretrain_dataset)
+        evaluate(args, model, pretrain_dataset, device)
 
 
 def main(argv=None):
