@@ -58,6 +58,7 @@ class CharCorruptionDataset(Dataset):
     def __init__(self, data, block_size):
         if int(block_size * 7 / 8) < 4:
             raise ValueError(f"block_size must be at least 5, got {block_size}")
+        data = data.replace("\r\n", "\n")  # CRLF files get the vocabulary of their LF twins
         chars = sorted(set(data))
         if PAD_CHAR in chars or MASK_CHAR in chars:
             raise ValueError("the corpus must not contain the pad or mask characters")

@@ -127,6 +127,7 @@ class GPT(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
         self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
         self.drop = nn.Dropout(config.embd_pdrop)

@@ -9,6 +9,12 @@ finetune: birthplace finetuning on --finetune_corpus_path, from scratch or from
 evaluate: greedy answers for --eval_corpus_path, written to --outputs_path, scored
           when the file has answers.
 The vocabulary always comes from the pretraining corpus, so all three agree.
+
+pretrain and finetune keep a resumable checkpoint at <writing_params_path>.ckpt
+(after every epoch, and every --checkpoint_minutes); --resume continues from it.
+Under torchrun (torchrun --nproc_per_node=N src/run.py ...) every command runs on
+N processes with DistributedDataParallel; rank 0 alone prints and writes files.
+Mistakes in the input are reported in one line with exit code 2.
 """
 
 import argparse
@@ -16,10 +22,14 @@ import logging
 import os
 import sys
 
+import torch
+import torch.distributed as dist
+
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig
-from utils import atomic_write, evaluate_places, load_params, pick_device, predict_places, resolve_data_path, save_params, set_seed
+from trainer import CheckpointError, Trainer, TrainerConfig
+from utils import (atomic_write, evaluate_places, load_params, params_architecture, pick_device, predict_places,
+                   read_state_dict, resolve_data_path, save_params, set_seed)
 
 # The handout's settings.
 BLOCK_SIZE = 128
@@ -47,10 +57,24 @@ class UsageError(Exception):
     """A problem with the user's input: reported in one line, exit code 2."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line (no usage block), exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def positive_int(text):
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def positive_float(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 
@@ -67,7 +91,7 @@ def check_writable(path, what):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("function", choices=["pretrain", "finetune", "evaluate"])
     p.add_argument("variant", choices=["vanilla", "perceiver", "synthesizer"])
     p.add_argument("pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary")
@@ -89,6 +113,12 @@ def build_parser():
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     g.add_argument("--num_workers", type=int, choices=range(0, 65), metavar="N", help="DataLoader worker processes (default: 4 with CUDA, else 0)")
+    c = p.add_argument_group("checkpoints (pretrain, finetune)")
+    c.add_argument("--resume", action="store_true",
+                   help="continue from <writing_params_path>.ckpt if it exists (same command, same settings)")
+    c.add_argument("--checkpoint_minutes", type=positive_float, metavar="N",
+                   help="also write the checkpoint every N minutes within an epoch (default: after every epoch only)")
+    c.add_argument("--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes")
     s = p.add_argument_group("speed (the defaults are the fast paths; these switch them off or add to them)")
     s.add_argument("--full_padding", action="store_true",
                    help="train on rows padded to the block size instead of length-bucketed batches cut to their real length")
@@ -130,14 +160,36 @@ def build_model(args, vocab_size):
     return GPT(config)
 
 
-def read_params(model, path, variant):
+def read_params(model, path, args):
+    """Load params into the model, or say in one line why they do not fit it."""
     try:
-        load_params(model, path)
+        state = read_state_dict(path)
     except FileNotFoundError:
         raise UsageError(f"params file {path} does not exist") from None
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UsageError(f"cannot load params {path} into a {variant} model of this size: {reason}") from None
+        raise UsageError(f"params file {path} cannot be read (truncated, or not a params file?): {reason}") from None
+    try:
+        found = params_architecture(state)
+    except (KeyError, IndexError, ValueError):
+        raise UsageError(f"params file {path} does not hold a GPT of this project") from None
+    config = model.config
+    if found["variant"] != args.variant or found.get("bottleneck_dim", config.bottleneck_dim) != config.bottleneck_dim:
+        trained = found["variant"] + (f" with bottleneck_dim {found['bottleneck_dim']}" if "bottleneck_dim" in found else "")
+        use = f"the {found['variant']} variant" + (f" and --bottleneck_dim {found['bottleneck_dim']}" if "bottleneck_dim" in found else "")
+        raise UsageError(f"params file {path} was trained as {trained}: {args.function} it with {use}")
+    sizes = [f"--{key} {found[key]}" for key in ("n_layer", "n_head", "n_embd") if key in found and found[key] != getattr(config, key)]
+    if sizes:
+        raise UsageError(f"params file {path} holds a model of another size: {args.function} it with {' '.join(sizes)}")
+    if found["vocab_size"] != config.vocab_size:
+        raise UsageError(f"params file {path} has a vocabulary of {found['vocab_size']} characters but the pretraining corpus "
+                         f"{args.pretrain_corpus_path} gives {config.vocab_size}: pass the corpus it was pretrained on")
+    if found["block_size"] != config.block_size:
+        raise UsageError(f"params file {path} has block size {found['block_size']}, this code {config.block_size}")
+    try:
+        load_params(model, state)
+    except (ValueError, RuntimeError) as e:
+        raise UsageError(f"params file {path} does not fit a {args.variant} model of this size: {str(e).splitlines()[0]}") from None
 
 
 def tensorboard_writer(args):
@@ -149,7 +201,13 @@ def tensorboard_writer(args):
     )
 
 
-def train(args, model, dataset, pretrain_dataset, learning_rate, epochs, batch_size, bucket_pool):
+def checkpoint_path(args):
+    return args.writing_params_path + ".ckpt"
+
+
+def train(args, model, dataset, pretrain_dataset, device, learning_rate, epochs, batch_size, bucket_pool):
+    """Train with the handout's schedule (or the overrides), keeping a checkpoint; save the params on rank 0."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
     config = TrainerConfig(
         max_epochs=args.max_epochs or epochs,
         batch_size=args.batch_size or batch_size,
@@ -158,16 +216,40 @@ def train(args, model, dataset, pretrain_dataset, learning_rate, epochs, batch_s
         warmup_tokens=WARMUP_TOKENS,
         final_tokens=FINAL_TOKENS_PER_EXAMPLE * len(pretrain_dataset),
         num_workers=args.num_workers,
-        writer=tensorboard_writer(args),
-        device=args.device,
+        writer=tensorboard_writer(args) if rank == 0 else None,
+        device=device,
         skip_padding=not args.full_padding,
         bucket_pool=bucket_pool,
         precision=args.precision,
         compile=args.compile,
+        checkpoint_path=checkpoint_path(args),
+        checkpoint_minutes=args.checkpoint_minutes,
+        resume=args.resume,
+        data_seed=args.seed,
     )
-    Trainer(model, dataset, None, config).train()
-    config.writer.close()
-    save_params(model, args.writing_params_path)
+    config.run_identity = dict(
+        function=args.function, variant=args.variant, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+        bottleneck_dim=args.bottleneck_dim if args.variant == "perceiver" else None, vocab_size=pretrain_dataset.vocab_size,
+        examples=len(dataset), max_epochs=config.max_epochs, batch_size=config.batch_size, learning_rate=learning_rate,
+        full_padding=args.full_padding, seed=args.seed,
+    )
+    exists = os.path.exists(config.checkpoint_path)
+    if rank == 0 and args.resume and not exists:
+        print(f"no checkpoint at {config.checkpoint_path}: starting from the beginning", file=sys.stderr)
+    elif rank == 0 and exists and not args.resume:
+        print(f"replacing the earlier run's checkpoint {config.checkpoint_path} (--resume continues it instead)",
+              file=sys.stderr)
+    try:
+        Trainer(model, dataset, None, config).train()
+    except CheckpointError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        if config.writer is not None:
+            config.writer.close()
+    if rank == 0:
+        save_params(model, args.writing_params_path)
+        if not args.keep_checkpoint:
+            os.remove(config.checkpoint_path)
 
 
 def evaluate(args, model, pretrain_dataset, device):
@@ -182,16 +264,36 @@ def evaluate(args, model, pretrain_dataset, device):
         question, n = known_characters(fields[0], pretrain_dataset.stoi)
         questions.append(question)
         dropped += n
-    if dropped:
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    if dropped and rank == 0:
         print(f"dropped {dropped} character(s) outside the pretraining vocabulary from the questions", file=sys.stderr)
-    predictions = predict_places(model.to(device), questions, pretrain_dataset.stoi, pretrain_dataset.itos, device,
-                                 ANSWER_STEPS, sequential=args.sequential_decoding)
+    predictions = predict_places(model.to(device), questions[rank::world_size], pretrain_dataset.stoi,
+                                 pretrain_dataset.itos, device, ANSWER_STEPS, sequential=args.sequential_decoding)
+    if world_size > 1:  # rank r answered questions r, r + N, ...: interleave them back
+        shards = [None] * world_size
+        dist.all_gather_object(shards, predictions)
+        predictions = [shards[i % world_size][i // world_size] for i in range(len(questions))]
+    if rank != 0:
+        return
     atomic_write(args.outputs_path, lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")))
     total, correct = evaluate_places(resolve_data_path(args.eval_corpus_path), predictions)
     if total > 0:
         print(f"Correct: {correct} out of {total}: {correct / total * 100}%")
     else:
         print(f"Predictions written to {args.outputs_path}; no targets provided!")
+
+
+def start_distributed(device):
+    """Join torchrun's process group when launched by torchrun (NCCL on GPUs, gloo on the CPU); this rank's device."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return device
+    if device.type not in ("cuda", "cpu"):
+        raise UsageError(f"torchrun runs on CUDA GPUs or the CPU, not on {device.type} (pass --device cpu)")
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device
 
 
 def run(args):
@@ -202,31 +304,35 @@ def run(args):
         device = pick_device(args.device)
     except RuntimeError as e:
         raise UsageError(str(e)) from None
-    set_seed(args.seed)
     if args.num_workers is None:
         args.num_workers = CUDA_NUM_WORKERS if device.type == "cuda" else 0
     pretrain_dataset = CharCorruptionDataset(read_text(args.pretrain_corpus_path, "pretraining corpus"), BLOCK_SIZE)
-    model = build_model(args, pretrain_dataset.vocab_size)
-    if args.reading_params_path:
-        read_params(model, args.reading_params_path, args.variant)
-
-    if args.function == "pretrain":
-        train(args, model, pretrain_dataset, pretrain_dataset, args.pretrain_lr, PRETRAIN_EPOCHS, PRETRAIN_BATCH_SIZE,
-              PRETRAIN_BUCKET_POOL)
-    elif args.function == "finetune":
-        epochs = FINETUNE_EPOCHS_FROM_PRETRAINED if args.reading_params_path else FINETUNE_EPOCHS_FROM_SCRATCH
+    if args.function == "finetune":
         path = args.finetune_corpus_path
         try:
             finetune_dataset = NameDataset(pretrain_dataset, read_text(path, "finetuning corpus"))
         except ValueError as e:
             raise UsageError(f"{resolve_data_path(path)}: {e}") from None
-        if finetune_dataset.dropped_characters:
+    set_seed(args.seed)
+    model = build_model(args, pretrain_dataset.vocab_size)
+    if args.reading_params_path:
+        read_params(model, args.reading_params_path, args)
+    device = start_distributed(device)
+    if dist.is_initialized():  # every rank draws the same data (seeded above) but its own dropout
+        torch.manual_seed(args.seed + 1 + dist.get_rank())
+
+    if args.function == "pretrain":
+        train(args, model, pretrain_dataset, pretrain_dataset, device, args.pretrain_lr, PRETRAIN_EPOCHS,
+              PRETRAIN_BATCH_SIZE, PRETRAIN_BUCKET_POOL)
+    elif args.function == "finetune":
+        epochs = FINETUNE_EPOCHS_FROM_PRETRAINED if args.reading_params_path else FINETUNE_EPOCHS_FROM_SCRATCH
+        if finetune_dataset.dropped_characters and (not dist.is_initialized() or dist.get_rank() == 0):
             print(
                 f"dropped {finetune_dataset.dropped_characters} character(s) outside the pretraining vocabulary"
                 " from the finetuning pairs",
                 file=sys.stderr,
             )
-        train(args, model, finetune_dataset, pretrain_dataset, args.finetune_lr, epochs, FINETUNE_BATCH_SIZE,
+        train(args, model, finetune_dataset, pretrain_dataset, device, args.finetune_lr, epochs, FINETUNE_BATCH_SIZE,
               FINETUNE_BUCKET_POOL)
     else:
         evaluate(args, model, pretrain_dataset, device)
@@ -242,8 +348,12 @@ def main(argv=None):
     try:
         run(args)
     except UsageError as e:
-        print(f"run.py: error: {e}", file=sys.stderr)
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"run.py: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
     return 0
 
 

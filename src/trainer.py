@@ -13,19 +13,35 @@ batches can be drawn from pools of examples grouped by length (bucket_pool), so
 that a batch holds examples of similar length. On CUDA it trains in bf16 (fp16
 with a gradient scaler where bf16 is missing) with TF32 matmuls and fused AdamW,
 and reads the loss back only every log_every steps instead of after every step.
+
+With checkpoint_path set, it keeps a resumable checkpoint (model, optimizer,
+schedule, epoch, position in the epoch and random states) written atomically after
+every epoch and every checkpoint_minutes; resume=True continues from it. Every
+epoch's data order comes from its own seeded generator, so a resumed run replays
+the interrupted epoch's batches up to where it stopped and goes on exactly as an
+uninterrupted run would (bit for bit on a CPU without DataLoader workers).
+
+Under torch.distributed (torchrun), every rank builds the same global batches and
+trains on its own rows of each, with the loss weighted so that the averaged
+gradient is the single-process one; only rank 0 shows the bar, logs and writes.
 """
 
 import contextlib
 import logging
 import math
+import os
+import random
+import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from utils import pick_device, save_params
+from utils import atomic_write, pick_device, save_params
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +68,11 @@ class TrainerConfig:
     fused_adamw = None  # None: fused on CUDA
     compile = False  # torch.compile the model
     log_every = 10  # steps between reading the loss back for the bar and TensorBoard
+    checkpoint_path = None  # resumable checkpoint (see module docstring), or None
+    checkpoint_minutes = None  # also write it every this many minutes within an epoch
+    resume = False  # continue from checkpoint_path if it exists
+    run_identity = None  # a dict saved in the checkpoint; resuming with a different one is refused
+    data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -72,19 +93,19 @@ def real_lengths(y):
     return ((y != 0) * positions).max(dim=1).values
 
 
-def length_buckets(x, y, batch_size):
+def length_buckets(x, y, batch_size, generator=None):
     """
     Split a pool of examples into batches of similar length, each cut to its longest row.
     The full batches come in random order (ties in length broken at random), then a
     short remainder batch of randomly chosen examples, as a DataLoader would end an epoch.
     """
     lengths = real_lengths(y)
-    order = torch.randperm(len(y))
+    order = torch.randperm(len(y), generator=generator)
     n_remainder = len(y) % batch_size
     remainder, rest = order[:n_remainder], order[n_remainder:]
     rest = rest[torch.argsort(lengths[rest], stable=True)]
     chunks = [rows for rows in rest.split(batch_size) if len(rows)]
-    chunks = [chunks[i] for i in torch.randperm(len(chunks)).tolist()] + ([remainder] if n_remainder else [])
+    chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()] + ([remainder] if n_remainder else [])
     for rows in chunks:
         n = max(1, int(lengths[rows].max()))
         yield x[rows, :n], y[rows, :n]
@@ -108,6 +129,10 @@ def parameter_groups(model, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+class CheckpointError(ValueError):
+    """The checkpoint to resume cannot be read, or was written by a run with other settings."""
+
+
 class Trainer:
     """Trains `model` on `train_dataset` (pairs of Long tensors x, y); reports the loss on `test_dataset` if given."""
 
@@ -120,6 +145,9 @@ class Trainer:
         self.epoch_losses = []  # mean training loss of every finished epoch
         self.step = 0  # optimizer steps taken
         self.useful_tokens = 0  # targets trained on that are not the pad
+        distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if distributed else 0
+        self.world_size = dist.get_world_size() if distributed else 1
 
     def tokens_after(self, step):
         """Training tokens seen once batch `step` (0-based) is done: the schedule's clock."""
@@ -133,19 +161,68 @@ class Trainer:
             return 1.0
         return lr_multiplier(self.tokens_after(step), self.config.warmup_tokens, self.config.final_tokens)
 
-    def batches(self, loader):
-        """The training batches of one epoch, on the device."""
+    def global_batches(self, loader, generator):
+        """The epoch's global batches (x, y) on the CPU, in an order fixed by the loader's and `generator`'s seeds."""
         config = self.config
         for x, y in loader:
             if config.skip_padding:
-                pieces = length_buckets(x, y, config.batch_size)
+                yield from length_buckets(x, y, config.batch_size, generator)
             else:
-                pieces = [(x, y)]
-            for xb, yb in pieces:
-                self.useful_tokens += int((yb != 0).sum())
-                if self.device.type == "cuda":
-                    xb, yb = xb.pin_memory(), yb.pin_memory()
-                yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+                yield x, y
+
+    def local_batch(self, x, y):
+        """
+        This rank's rows of a global batch, cut after their last real target, on the device,
+        and the weight of their mean loss: with every rank's loss weighted so, the gradient
+        DistributedDataParallel averages is that of the mean loss over the global batch.
+        """
+        weight = 1.0
+        if self.world_size > 1:
+            rows = torch.arange(self.rank, len(y), self.world_size)
+            mine, total = int((y[rows] != 0).sum()), int((y != 0).sum())
+            if len(rows) == 0:  # fewer rows than ranks: join the step with a row that counts for nothing
+                rows, mine = torch.arange(1), 0
+            weight = self.world_size * mine / max(1, total)
+            x, y = x[rows], y[rows]
+        if self.config.skip_padding:
+            n = max(1, int(real_lengths(y).max()))
+            x, y = x[:, :n], y[:, :n]
+        if self.device.type == "cuda":
+            x, y = x.pin_memory(), y.pin_memory()
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), weight
+
+    def global_mean(self, value):
+        """A per-rank loss sum made global (every rank must call this at the same step)."""
+        if self.world_size > 1:
+            dist.all_reduce(value)
+            value = value / self.world_size
+        return value
+
+    def save_checkpoint(self, state):
+        """Write the resumable checkpoint atomically (rank 0 only)."""
+        if self.rank == 0:
+            atomic_write(self.config.checkpoint_path, lambda f: torch.save(state, f))
+
+    def load_checkpoint(self):
+        """The checkpoint to resume from, or None; raises CheckpointError if it cannot be read or it is another run's."""
+        path = self.config.checkpoint_path
+        if not (self.config.resume and path and os.path.exists(path)):
+            return None
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"checkpoint {path} cannot be read ({reason}): delete it to start over") from None
+        saved, wanted = state.get("run_identity"), self.config.run_identity
+        if saved != wanted:
+            differences = ", ".join(
+                f"{key} {saved.get(key)!r} there, {wanted.get(key)!r} here"
+                for key in sorted(set(saved or {}) | set(wanted or {}))
+                if (saved or {}).get(key) != (wanted or {}).get(key)
+            )
+            raise CheckpointError(f"checkpoint {path} is from a run with other settings ({differences}): "
+                                  "resume with the same command, or delete it to start over")
+        return state
 
     def train(self):
         config, model = self.config, self.model
@@ -162,57 +239,135 @@ class Trainer:
             parameter_groups(model, config.weight_decay), lr=config.learning_rate, betas=config.betas, fused=fused
         )
         scheduler = LambdaLR(optimizer, self.lr_lambda)
-        forward = torch.compile(model, dynamic=True) if config.compile else model
+        data_seed = config.data_seed
+        if data_seed is None:
+            data_seed = int(torch.randint(2**62, ()))
+        start_epoch, skip, epoch_loss_so_far = 0, 0, 0.0
+        checkpoint = self.load_checkpoint()
+        if checkpoint is not None:
+            model.load_state_dict(checkpoint["model"])
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            scheduler.load_state_dict(checkpoint["scheduler"])
+            scaler.load_state_dict(checkpoint["scaler"])
+            start_epoch, skip = checkpoint["epoch"], checkpoint["batches_done"]
+            self.step, self.useful_tokens = checkpoint["step"], checkpoint["useful_tokens"]
+            self.epoch_losses, epoch_loss_so_far = checkpoint["epoch_losses"], checkpoint["epoch_loss_so_far"]
+            data_seed = checkpoint["data_seed"]
+            random.setstate(checkpoint["python_random"])
+            if self.rank == 0:
+                logger.warning("resuming from %s after %d steps (%d epochs done)", config.checkpoint_path, self.step,
+                               start_epoch)
+
+        forward = model
+        if self.world_size > 1:
+            forward = DistributedDataParallel(model, device_ids=[self.device.index] if on_cuda else None)
+        if config.compile:
+            forward = torch.compile(forward, dynamic=True)
         pool = config.batch_size * (config.bucket_pool if config.skip_padding else 1)
+        generator = torch.Generator()
         loader = DataLoader(
             self.train_dataset,
             batch_size=pool,
             shuffle=True,
+            generator=generator,
             num_workers=config.num_workers,
             persistent_workers=config.num_workers > 0,
             pin_memory=on_cuda,
         )
         steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
-        bar = tqdm(total=config.max_epochs * steps_per_epoch, dynamic_ncols=True, desc="training")
-        for epoch in range(config.max_epochs):
+        bar = tqdm(total=config.max_epochs * steps_per_epoch, initial=self.step, dynamic_ncols=True, desc="training",
+                   disable=self.rank != 0)
+        last_save = time.monotonic()
+        for epoch in range(start_epoch, config.max_epochs):
             model.train()
-            epoch_loss = torch.zeros((), device=self.device)
+            generator.manual_seed(data_seed + epoch)
+            epoch_random_state = random.getstate()  # the dataset's draws (span corruption) replay from here
+            epoch_loss = torch.full((), epoch_loss_so_far, device=self.device)
             window_loss, window_steps = torch.zeros((), device=self.device), 0
-            for x, y in self.batches(loader):
+            for batch, (x, y) in enumerate(self.global_batches(loader, generator)):
+                if batch < skip:
+                    continue
+                if batch == skip and checkpoint is not None:  # resumed mid-epoch: the dropout stream goes on too
+                    self.restore_torch_random(checkpoint)
+                x, y, weight = self.local_batch(x, y)
+                self.useful_tokens += int((y != 0).sum())
                 with autocast:
                     _, loss = forward(x, y)
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
+                scaler.scale(loss * weight if self.world_size > 1 else loss).backward()
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
                 scaler.step(optimizer)
                 scaler.update()
                 lr = scheduler.get_last_lr()[0]
                 scheduler.step()
-                epoch_loss += loss.detach().float()
-                window_loss += loss.detach().float()
+                weighted = loss.detach().float() * weight
+                epoch_loss += weighted
+                window_loss += weighted
                 window_steps += 1
                 self.step += 1
                 bar.update()
                 if config.writer is not None:
                     config.writer.add_scalar("train/lr", lr, self.step)
                 if self.step % config.log_every == 0:
-                    mean = window_loss.item() / window_steps
+                    mean = self.global_mean(window_loss).item() / window_steps
                     window_loss.zero_()
                     window_steps = 0
                     bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} loss {mean:.4f} lr {lr:.2e}", refresh=False)
                     if config.writer is not None:
                         config.writer.add_scalar("train/loss", mean, self.step)
-            self.epoch_losses.append(epoch_loss.item() / steps_per_epoch)
+                minutes = config.checkpoint_minutes
+                if config.checkpoint_path and minutes and time.monotonic() - last_save >= 60 * minutes:
+                    self.save_checkpoint(self.checkpoint_state(
+                        model, optimizer, scheduler, scaler, data_seed, epoch, batch + 1, epoch_loss, epoch_random_state))
+                    last_save = time.monotonic()
+            if checkpoint is not None and skip > 0 and skip >= steps_per_epoch:
+                self.restore_torch_random(checkpoint)
+            skip, epoch_loss_so_far, checkpoint = 0, 0.0, None
+            self.epoch_losses.append(self.global_mean(epoch_loss).item() / steps_per_epoch)
             logger.info("epoch %d: mean train loss %.4f", epoch + 1, self.epoch_losses[-1])
             if self.test_dataset is not None:
                 test_loss = self.evaluate_loss(self.test_dataset)
                 logger.info("epoch %d: test loss %.4f", epoch + 1, test_loss)
                 if config.writer is not None:
                     config.writer.add_scalar("test/loss", test_loss, self.step)
-            if config.ckpt_path is not None:
+            if config.ckpt_path is not None and self.rank == 0:
                 save_params(model, config.ckpt_path)
+            if config.checkpoint_path:
+                self.save_checkpoint(self.checkpoint_state(
+                    model, optimizer, scheduler, scaler, data_seed, epoch + 1, 0, 0.0, random.getstate()))
+                last_save = time.monotonic()
         bar.close()
+
+    def checkpoint_state(self, model, optimizer, scheduler, scaler, data_seed, epoch, batches_done, epoch_loss,
+                         python_random):
+        """Everything a resumed run needs to go on as if it had not stopped."""
+        return {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(),
+            "epoch": epoch,  # the epoch to run next (0-based) ...
+            "batches_done": batches_done,  # ... and how many of its batches are done
+            "step": self.step,
+            "useful_tokens": self.useful_tokens,
+            "epoch_losses": list(self.epoch_losses),
+            "epoch_loss_so_far": float(epoch_loss),
+            "data_seed": data_seed,
+            "python_random": python_random,
+            "torch_random": torch.get_rng_state(),
+            "cuda_random": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
+            "run_identity": self.config.run_identity,
+        }
+
+    def restore_torch_random(self, checkpoint):
+        """Dropout's generators as they were at the checkpoint (on one process; ranks reseed their own)."""
+        if self.world_size > 1:
+            torch.manual_seed(checkpoint["step"] * self.world_size + self.rank)
+            return
+        torch.set_rng_state(checkpoint["torch_random"])
+        if checkpoint["cuda_random"] is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
 
     @torch.no_grad()
     def evaluate_loss(self, dataset):

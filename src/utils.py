@@ -21,7 +21,9 @@ def set_seed(seed):
 
 
 def pick_device(name="auto"):
-    """torch.device for "cuda", "mps", "cpu", or "auto" (the first of those that is available)."""
+    """torch.device for "cuda", "mps", "cpu", or "auto" (the first of those that is available); a torch.device as is."""
+    if isinstance(name, torch.device):
+        return name
     available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
     if name == "auto":
         name = next(device for device, ok in available.items() if ok)
@@ -108,16 +110,38 @@ def save_params(model, path):
     atomic_write(path, lambda f: torch.save(model.state_dict(), f))
 
 
-def load_params(model, path):
+def read_state_dict(path):
+    """A state_dict from a file, loaded with weights_only=True so that the file cannot run code."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"it holds a {type(state).__name__} that is not a state_dict of tensors")
+    return state
+
+
+def params_architecture(state):
     """
-    Load a state_dict saved by save_params, or by the course's code, into `model`.
+    What a GPT state_dict says about the model it came from: variant, n_layer, n_embd,
+    vocab_size, block_size, and bottleneck_dim (perceiver) or n_head (synthesizer; the
+    other variants' weights do not depend on the number of heads). KeyError if not a GPT's.
+    """
+    vocab_size, n_embd = state["tok_emb.weight"].shape
+    blocks = {key.split(".")[1] for key in state if key.startswith("blocks.")}
+    found = dict(n_layer=len(blocks), n_embd=n_embd, vocab_size=vocab_size, block_size=state["pos_emb"].shape[1])
+    if "down_block.C" in state:
+        return dict(found, variant="perceiver", n_layer=len(blocks) + 2, bottleneck_dim=state["down_block.C"].shape[1])
+    if "blocks.0.attn.w2" in state:
+        return dict(found, variant="synthesizer", n_head=n_embd // state["blocks.0.attn.w2"].shape[0])
+    return dict(found, variant="vanilla")
+
+
+def load_params(model, path_or_state):
+    """
+    Load a state_dict saved by save_params, or by the course's code (or the dict itself), into `model`.
 
     Causal-mask buffers are not learned, so the model keeps its own: files whose
     masks have another size or none at all (older layouts) load too.
     """
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict):
-        raise ValueError(f"{path} holds a {type(state).__name__}, not a state_dict")
+    state = path_or_state if isinstance(path_or_state, dict) else read_state_dict(path_or_state)
     state = {k: v for k, v in state.items() if not k.endswith(".mask")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith(".mask")]

@@ -71,8 +71,8 @@ def test_bucketing_halves_pretraining_arithmetic(world):
     trainer = Trainer(model, pre, None, TrainerConfig(max_epochs=1, batch_size=32, device="cpu"))
     positions = 0
     loader = torch.utils.data.DataLoader(pre, batch_size=32 * trainer.config.bucket_pool, shuffle=True)
-    for x, _ in trainer.batches(loader):
-        positions += x.numel()
+    for x, y in trainer.global_batches(loader, torch.Generator().manual_seed(0)):
+        positions += trainer.local_batch(x, y)[0].numel()
     assert positions <= 0.6 * len(pre) * 127
 
 

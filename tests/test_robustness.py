@@ -1,0 +1,369 @@
+"""Long runs that survive: checkpoints and resume, atomic files, one-line errors, tolerated inputs, torchrun."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import run
+from conftest import ROOT
+from dataset import CharCorruptionDataset, NameDataset
+from model import GPT, GPTConfig
+from trainer import Trainer, TrainerConfig
+
+SMALL = ["--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--bottleneck_dim", "8",
+         "--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
+RUN_PY = str(ROOT / "src" / "run.py")
+
+
+def cli(*args, env=None):
+    done = subprocess.run([sys.executable, RUN_PY, *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, env=env)
+    return done.returncode, done.stdout, done.stderr
+
+
+def main(*args):
+    return run.main([str(a) for a in args])
+
+
+def one_line_error(capsys, *args):
+    """Run main in-process; assert exit code 2 and a single stderr line; return that line."""
+    capsys.readouterr()
+    assert main(*args) == 2, args
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+# --- checkpoints and resume ------------------------------------------------------------------------------
+
+def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_path):
+    """A run killed with SIGKILL mid-epoch and resumed ends with the same steps, learning rate and weights."""
+    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--max_epochs", 30, "--keep_checkpoint", *SMALL]
+    whole = tmp_path / "whole.params"
+    code, _, err = cli(*common, "--writing_params_path", whole)
+    assert code == 0, err
+
+    cut = tmp_path / "cut.params"
+    ckpt = tmp_path / "cut.params.ckpt"
+    process = subprocess.Popen([sys.executable, RUN_PY, *map(str, common), "--writing_params_path", cut,
+                                "--checkpoint_minutes", "1e-6"], cwd=ROOT, stderr=subprocess.DEVNULL)
+    killed_at = None
+    deadline = time.monotonic() + 240
+    while killed_at is None and time.monotonic() < deadline and process.poll() is None:
+        if ckpt.exists():
+            step = torch.load(ckpt, weights_only=True)["step"]
+            if step >= 20:
+                process.send_signal(signal.SIGKILL)
+                killed_at = step
+        time.sleep(0.01)
+    process.wait()
+    assert killed_at is not None and process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not cut.exists()
+    interrupted = torch.load(ckpt, weights_only=True)
+    steps_per_epoch = 6  # 84 biographies, batch 16
+    assert interrupted["step"] < 30 * steps_per_epoch
+
+    code, _, err = cli(*common, "--writing_params_path", cut, "--resume")
+    assert code == 0, err
+    assert "resuming from" in err
+    a, b = torch.load(tmp_path / "whole.params.ckpt", weights_only=True), torch.load(ckpt, weights_only=True)
+    assert a["step"] == b["step"] == 30 * steps_per_epoch
+    assert a["scheduler"]["_last_lr"] == b["scheduler"]["_last_lr"]
+    assert a["epoch_losses"] == b["epoch_losses"]
+    whole_state, cut_state = torch.load(whole, weights_only=True), torch.load(cut, weights_only=True)
+    assert all(torch.equal(whole_state[k], cut_state[k]) for k in whole_state)
+
+
+def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, capsys):
+    params = tmp_path / "p.params"
+    assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1,
+                *SMALL) == 0
+    assert params.exists() and not (tmp_path / "p.params.ckpt").exists()
+    assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1,
+                "--keep_checkpoint", *SMALL) == 0
+    checkpoint = torch.load(tmp_path / "p.params.ckpt", weights_only=True)
+    assert checkpoint["epoch"] == 1 and checkpoint["step"] == 6
+    state = torch.load(params, weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in state.values())  # .params stays a plain state_dict
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_resuming_a_finished_run_trains_no_further(tiny_world, tmp_path, caplog):
+    params = tmp_path / "p.params"
+    args = ["finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
+            "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 2, "--keep_checkpoint", *SMALL]
+    assert main(*args) == 0
+    before = torch.load(params, weights_only=True)
+    assert main(*args, "--resume") == 0
+    assert "after 8 steps (2 epochs done)" in caplog.text
+    after = torch.load(params, weights_only=True)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_resume_refuses_another_runs_checkpoint(tiny_world, tmp_path, capsys):
+    params = tmp_path / "p.params"
+    wiki = tiny_world["wiki.txt"]
+    assert main("pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint",
+                *SMALL) == 0
+    err = one_line_error(capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 2,
+                         "--resume", *SMALL)
+    assert "other settings" in err and "max_epochs 1 there, 2 here" in err
+    (tmp_path / "p.params.ckpt").write_bytes(b"not a checkpoint")
+    err = one_line_error(capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1,
+                         "--resume", *SMALL)
+    assert "cannot be read" in err and "delete it" in err
+
+
+def test_resume_without_a_checkpoint_starts_over(tiny_world, tmp_path, capsys):
+    params = tmp_path / "p.params"
+    assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1,
+                "--resume", *SMALL) == 0
+    assert "starting from the beginning" in capsys.readouterr().err and params.exists()
+
+
+def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path):
+    """The Trainer alone: a checkpoint written within an epoch continues exactly where the run was."""
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        dataset = CharCorruptionDataset(f.read(), 64)
+
+    def trainer(max_epochs, resume):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16))
+        config = TrainerConfig(max_epochs=max_epochs, batch_size=8, learning_rate=1e-3, lr_decay=True,
+                               warmup_tokens=100, final_tokens=20000, checkpoint_path=str(tmp_path / "c.ckpt"),
+                               checkpoint_minutes=1e-9, resume=resume, data_seed=5, device="cpu")
+        return Trainer(model, dataset, None, config)
+
+    import random
+    random.seed(1)
+    whole = trainer(3, False)
+    whole.train()
+    reference = whole.model.state_dict()
+
+    random.seed(1)
+    first = trainer(3, False)
+    original_save = first.save_checkpoint
+    saved = []
+
+    def save_then_stop(state):  # stop (as a kill would) right after the 17th step's checkpoint
+        original_save(state)
+        saved.append(state["step"])
+        if state["step"] == 17:
+            raise KeyboardInterrupt
+
+    first.save_checkpoint = save_then_stop
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    random.seed(99)  # the resumed run takes the random states from the checkpoint, not from here
+    resumed = trainer(3, True)
+    resumed.train()
+    assert resumed.step == whole.step == 33
+    assert resumed.epoch_losses == whole.epoch_losses
+    assert all(torch.equal(reference[k], resumed.model.state_dict()[k]) for k in reference)
+
+
+# --- bad input: one line, exit code 2, nothing written --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def params_files(tiny_world, tmp_path_factory):
+    """Params of several kinds, trained for one epoch on the tiny world."""
+    folder = tmp_path_factory.mktemp("params")
+    wiki = tiny_world["wiki.txt"]
+    files = {}
+    for name, extra in [("vanilla", ["vanilla"]), ("perceiver8", ["perceiver"]),
+                        ("wide", ["vanilla", "--n_embd", "32"])]:
+        files[name] = folder / f"{name}.params"
+        assert main("pretrain", extra[0], wiki, "--writing_params_path", files[name], "--max_epochs", 1, *SMALL,
+                    *extra[1:]) == 0
+    data = files["vanilla"].read_bytes()
+    files["truncated"] = folder / "truncated.params"
+    files["truncated"].write_bytes(data[: len(data) // 2])
+    files["text"] = folder / "text.params"
+    files["text"].write_text("hello\n", encoding="utf-8")
+    return files
+
+
+@pytest.mark.parametrize("case, variant, flags, message", [
+    ("missing", "vanilla", [], "does not exist"),
+    ("truncated", "vanilla", [], "cannot be read"),
+    ("text", "vanilla", [], "cannot be read"),
+    ("perceiver8", "vanilla", [], "was trained as perceiver with bottleneck_dim 8: evaluate it with the perceiver "
+                                  "variant and --bottleneck_dim 8"),
+    ("perceiver8", "perceiver", ["--bottleneck_dim", "4"], "with the perceiver variant and --bottleneck_dim 8"),
+    ("vanilla", "synthesizer", [], "was trained as vanilla: evaluate it with the vanilla variant"),
+    ("wide", "vanilla", [], "another size: evaluate it with --n_embd 32"),
+    ("other_vocabulary", "vanilla", [], "has a vocabulary of"),
+])
+def test_bad_params_files(case, variant, flags, message, params_files, tiny_world, tmp_path, capsys):
+    wiki = tiny_world["wiki.txt"]
+    path = params_files.get(case, tmp_path / "missing.params")
+    if case == "other_vocabulary":
+        path, wiki = params_files["vanilla"], tmp_path / "other.txt"
+        (tmp_path / "other.txt").write_text("Quite another corpus, with other letters: xyz 0123.\n", encoding="utf-8")
+    outputs = tmp_path / "out" / "dev.predictions"
+    err = one_line_error(capsys, "evaluate", variant, wiki, "--reading_params_path", path,
+                         "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", outputs, *SMALL, *flags)
+    assert message in err and str(path) in err
+    assert not outputs.exists()
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not utf-8", "empty", "blank lines only"])
+def test_unusable_corpus(kind, tmp_path, capsys):
+    corpus = tmp_path / "wiki.txt"
+    if kind == "directory":
+        corpus.mkdir()
+    elif kind == "not utf-8":
+        corpus.write_bytes(b"Ada Berg was born in \xff\xfe.\n")
+    elif kind == "empty":
+        corpus.write_text("", encoding="utf-8")
+    elif kind == "blank lines only":
+        corpus.write_text("\n\r\n  \n", encoding="utf-8")
+    params = tmp_path / "p.params"
+    err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", params, *SMALL)
+    assert str(corpus) in err
+    assert not params.exists()
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("Where was B born? Lima", "got 1 field(s)"),
+    ("Where was B born?\tLima\textra", "got 3 field(s)"),
+])
+def test_bad_finetuning_lines_name_the_file_and_line(line, problem, tiny_world, tmp_path, capsys):
+    tsv = tmp_path / "bad.tsv"
+    tsv.write_text(f"Where was A born?\tParis\n\n{line}\n", encoding="utf-8")
+    params = tmp_path / "p.params"
+    err = one_line_error(capsys, "finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
+                         "--finetune_corpus_path", tsv, *SMALL)
+    assert f"{tsv}: line 3" in err and problem in err
+    assert not params.exists()
+
+
+def test_bad_evaluation_lines_name_the_file_and_line(params_files, tiny_world, tmp_path, capsys):
+    tsv = tmp_path / "bad.tsv"
+    tsv.write_text("Where was A born?\tParis\nWhere was B born?\tLima\tPeru\n", encoding="utf-8")
+    outputs = tmp_path / "p.txt"
+    err = one_line_error(capsys, "evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path",
+                         params_files["vanilla"], "--eval_corpus_path", tsv, "--outputs_path", outputs, *SMALL)
+    assert f"{tsv} line 2" in err
+    assert not outputs.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["pretrain", "vanilla", "WIKI"], "pretrain needs --writing_params_path"),
+    (["finetune", "vanilla", "WIKI", "--writing_params_path", "x.params"], "--finetune_corpus_path"),
+    (["evaluate", "vanilla", "WIKI", "--reading_params_path", "x"], "--eval_corpus_path and --outputs_path"),
+    (["pretrain", "transformer", "WIKI", "--writing_params_path", "x"], "invalid choice: 'transformer'"),
+    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--checkpoint_minutes", "0"],
+     "must be a positive number"),
+])
+def test_command_line_mistakes_are_one_line(args, message, tiny_world):
+    code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+# --- tolerated input ---------------------------------------------------------------------------------------
+
+def test_crlf_blank_lines_and_missing_final_newline_change_nothing(tiny_world, tmp_path):
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        wiki = f.read()
+    with open(tiny_world["train.tsv"], encoding="utf-8") as f:
+        pairs = f.read()
+    messy_wiki = "\r\n" + wiki.replace("\n", "\r\n\r\n").rstrip("\r\n")
+    messy_pairs = pairs.replace("\n", "\r\n\n").rstrip("\r\n")
+    clean, messy = CharCorruptionDataset(wiki, 128), CharCorruptionDataset(messy_wiki, 128)
+    assert clean.stoi == messy.stoi and clean.data == messy.data
+    assert NameDataset(clean, pairs).data == NameDataset(messy, messy_pairs).data
+
+
+def test_messy_files_run_end_to_end(tiny_world, tmp_path, capsys):
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        (tmp_path / "wiki.txt").write_bytes(f.read().replace("\n", "\r\n").rstrip("\r\n").encode("utf-8"))
+    with open(tiny_world["dev.tsv"], encoding="utf-8") as f:
+        (tmp_path / "dev.tsv").write_bytes(("\r\n" + f.read().replace("\n", "\r\n\r\n")).encode("utf-8"))
+    params = tmp_path / "p.params"
+    assert main("finetune", "vanilla", tmp_path / "wiki.txt", "--writing_params_path", params,
+                "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 1, *SMALL) == 0
+    outputs = tmp_path / "new" / "folder" / "dev.predictions"
+    assert main("evaluate", "vanilla", tmp_path / "wiki.txt", "--reading_params_path", params,
+                "--eval_corpus_path", tmp_path / "dev.tsv", "--outputs_path", outputs, *SMALL) == 0
+    assert "out of 24" in capsys.readouterr().out
+    assert len(outputs.read_text(encoding="utf-8").splitlines()) == 24
+
+
+# --- torchrun --------------------------------------------------------------------------------------------
+
+def train_on_ranks(rank, world_size, port, wiki, results):
+    """One rank of a DDP run (or the single process) on the tiny world, without dropout."""
+    import torch.distributed as dist
+
+    if world_size > 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    import random
+    random.seed(0)
+    torch.manual_seed(0)
+    dataset = CharCorruptionDataset(wiki, 64)
+    model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16,
+                          embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0))
+    config = TrainerConfig(max_epochs=2, batch_size=16, learning_rate=3e-3, lr_decay=True, warmup_tokens=100,
+                           final_tokens=10000, data_seed=3, device="cpu")
+    trainer = Trainer(model, dataset, None, config)
+    trainer.train()
+    if rank == 0:
+        torch.save({"state": model.state_dict(), "step": trainer.step, "losses": trainer.epoch_losses}, results)
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_ranks_train_like_one_process(tiny_world, tmp_path):
+    """Same global batches and schedule: two gloo ranks end where one process does (up to float rounding)."""
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        wiki = f.read()
+    train_on_ranks(0, 1, None, wiki, tmp_path / "one.pt")
+    mp.start_processes(train_on_ranks, args=(2, free_port(), wiki, tmp_path / "two.pt"), nprocs=2, start_method="spawn")
+    one, two = torch.load(tmp_path / "one.pt", weights_only=True), torch.load(tmp_path / "two.pt", weights_only=True)
+    assert one["step"] == two["step"] == 12
+    assert one["losses"] == pytest.approx(two["losses"], rel=1e-4)
+    for key, value in one["state"].items():
+        torch.testing.assert_close(two["state"][key], value, rtol=1e-3, atol=1e-5)
+
+
+def test_torchrun_cli(tiny_world, tmp_path, capsys):
+    """torchrun with two CPU processes: pretrain, finetune and evaluate write one set of files and print one result."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    wiki = tiny_world["wiki.txt"]
+    pre, ft, out = tmp_path / "pre.params", tmp_path / "ft.params", tmp_path / "dev.predictions"
+    commands = [
+        ["pretrain", "vanilla", wiki, "--writing_params_path", pre, "--max_epochs", 2],
+        ["finetune", "vanilla", wiki, "--reading_params_path", pre, "--writing_params_path", ft,
+         "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 2],
+        ["evaluate", "vanilla", wiki, "--reading_params_path", ft, "--eval_corpus_path", tiny_world["dev.tsv"],
+         "--outputs_path", out],
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for command in commands:
+        done = subprocess.run([*torchrun, RUN_PY, *map(str, command), *SMALL], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert pre.exists() and ft.exists() and not (tmp_path / "pre.params.ckpt").exists()
+    assert done.stdout.count("Correct: ") == 1 and "out of 24" in done.stdout
+
+    single = tmp_path / "single.predictions"
+    assert main("evaluate", "vanilla", wiki, "--reading_params_path", ft, "--eval_corpus_path", tiny_world["dev.tsv"],
+                "--outputs_path", single, *SMALL) == 0
+    assert out.read_text(encoding="utf-8") == single.read_text(encoding="utf-8")
+    assert capsys.readouterr().out.strip() == done.stdout.strip()
