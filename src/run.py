@@ -174,11 +174,14 @@ def read_params(model, path, args):
     except (KeyError, IndexError, ValueError):
         raise UsageError(f"params file {path} does not hold a GPT of this project") from None
     config = model.config
-    if found["variant"] != args.variant or found.get("bottleneck_dim", config.bottleneck_dim) != config.bottleneck_dim:
-        trained = found["variant"] + (f" with bottleneck_dim {found['bottleneck_dim']}" if "bottleneck_dim" in found else "")
-        use = f"the {found['variant']} variant" + (f" and --bottleneck_dim {found['bottleneck_dim']}" if "bottleneck_dim" in found else "")
-        raise UsageError(f"params file {path} was trained as {trained}: {args.function} it with {use}")
-    sizes = [f"--{key} {found[key]}" for key in ("n_layer", "n_head", "n_embd") if key in found and found[key] != getattr(config, key)]
+    trained_m = found.get("bottleneck_dim")
+    if found["variant"] != args.variant or (trained_m is not None and trained_m != config.bottleneck_dim):
+        m = f" with bottleneck_dim {trained_m}" if trained_m else ""
+        flag = f" and --bottleneck_dim {trained_m}" if trained_m else ""
+        raise UsageError(f"params file {path} was trained as {found['variant']}{m}: "
+                         f"{args.function} it with the {found['variant']} variant{flag}")
+    sizes = [f"--{key} {found[key]}" for key in ("n_layer", "n_head", "n_embd")
+             if key in found and found[key] != getattr(config, key)]
     if sizes:
         raise UsageError(f"params file {path} holds a model of another size: {args.function} it with {' '.join(sizes)}")
     if found["vocab_size"] != config.vocab_size:

@@ -105,7 +105,8 @@ def length_buckets(x, y, batch_size, generator=None):
     remainder, rest = order[:n_remainder], order[n_remainder:]
     rest = rest[torch.argsort(lengths[rest], stable=True)]
     chunks = [rows for rows in rest.split(batch_size) if len(rows)]
-    chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()] + ([remainder] if n_remainder else [])
+    chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
+    chunks += [remainder] if n_remainder else []
     for rows in chunks:
         n = max(1, int(lengths[rows].max()))
         yield x[rows, :n], y[rows, :n]
