@@ -29,7 +29,7 @@ from dataset import CharCorruptionDataset, NameDataset, known_characters, number
 from model import GPT, GPTConfig
 from trainer import CheckpointError, Trainer, TrainerConfig
 from utils import (atomic_write, evaluate_places, load_params, params_architecture, pick_device, predict_places,
-                   read_state_dict, resolve_data_path, save_params, set_seed)
+                   read_state_dict, resolve_data_path, save_params, set_seed, short_reason)
 
 # The handout's settings.
 BLOCK_SIZE = 128
@@ -167,8 +167,7 @@ def read_params(model, path, args):
     except FileNotFoundError:
         raise UsageError(f"params file {path} does not exist") from None
     except Exception as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UsageError(f"params file {path} cannot be read (truncated, or not a params file?): {reason}") from None
+        raise UsageError(f"params file {path} cannot be read (truncated, or not a params file?): {short_reason(e)}") from None
     try:
         found = params_architecture(state)
     except (KeyError, IndexError, ValueError):
@@ -192,7 +191,7 @@ def read_params(model, path, args):
     try:
         load_params(model, state)
     except (ValueError, RuntimeError) as e:
-        raise UsageError(f"params file {path} does not fit a {args.variant} model of this size: {str(e).splitlines()[0]}") from None
+        raise UsageError(f"params file {path} does not fit a {args.variant} model of this size: {short_reason(e)}") from None
 
 
 def tensorboard_writer(args):

@@ -41,7 +41,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from utils import atomic_write, pick_device, save_params
+from utils import atomic_write, pick_device, save_params, short_reason
 
 logger = logging.getLogger(__name__)
 
@@ -212,8 +212,7 @@ class Trainer:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise CheckpointError(f"checkpoint {path} cannot be read ({reason}): delete it to start over") from None
+            raise CheckpointError(f"checkpoint {path} cannot be read ({short_reason(e)}): delete it to start over") from None
         saved, wanted = state.get("run_identity"), self.config.run_identity
         if saved != wanted:
             differences = ", ".join(

@@ -110,6 +110,12 @@ def save_params(model, path):
     atomic_write(path, lambda f: torch.save(model.state_dict(), f))
 
 
+def short_reason(error):
+    """An exception's message cut to its first sentence, for one-line error reports."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text.split(". ")[0]
+
+
 def read_state_dict(path):
     """A state_dict from a file, loaded with weights_only=True so that the file cannot run code."""
     state = torch.load(path, map_location="cpu", weights_only=True)
