@@ -210,9 +210,10 @@ def checkpoint_path(args):
 def train(args, model, dataset, pretrain_dataset, device, learning_rate, epochs, batch_size, bucket_pool):
     """Train with the handout's schedule (or the overrides), keeping a checkpoint; save the params on rank 0."""
     rank = dist.get_rank() if dist.is_initialized() else 0
+    epochs, batch_size = args.max_epochs or epochs, args.batch_size or batch_size
     config = TrainerConfig(
-        max_epochs=args.max_epochs or epochs,
-        batch_size=args.batch_size or batch_size,
+        max_epochs=epochs,
+        batch_size=batch_size,
         learning_rate=learning_rate,
         lr_decay=True,
         warmup_tokens=WARMUP_TOKENS,
@@ -228,12 +229,13 @@ def train(args, model, dataset, pretrain_dataset, device, learning_rate, epochs,
         checkpoint_minutes=args.checkpoint_minutes,
         resume=args.resume,
         data_seed=args.seed,
-    )
-    config.run_identity = dict(
-        function=args.function, variant=args.variant, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-        bottleneck_dim=args.bottleneck_dim if args.variant == "perceiver" else None, vocab_size=pretrain_dataset.vocab_size,
-        examples=len(dataset), max_epochs=config.max_epochs, batch_size=config.batch_size, learning_rate=learning_rate,
-        full_padding=args.full_padding, seed=args.seed,
+        run_identity=dict(
+            function=args.function, variant=args.variant, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+            bottleneck_dim=args.bottleneck_dim if args.variant == "perceiver" else None,
+            vocab_size=pretrain_dataset.vocab_size, examples=len(dataset), max_epochs=epochs,
+            batch_size=batch_size, learning_rate=learning_rate, full_padding=args.full_padding,
+            seed=args.seed,
+        ),
     )
     exists = os.path.exists(config.checkpoint_path)
     if rank == 0 and args.resume and not exists:

@@ -254,6 +254,7 @@ class Trainer:
             self.epoch_losses, epoch_loss_so_far = checkpoint["epoch_losses"], checkpoint["epoch_loss_so_far"]
             data_seed = checkpoint["data_seed"]
             random.setstate(checkpoint["python_random"])
+            self.restore_torch_random(checkpoint)  # replaying the skipped batches draws only from the data's generators
             if self.rank == 0:
                 logger.warning("resuming from %s after %d steps (%d epochs done)", config.checkpoint_path, self.step,
                                start_epoch)
@@ -287,8 +288,6 @@ class Trainer:
             for batch, (x, y) in enumerate(self.global_batches(loader, generator)):
                 if batch < skip:
                     continue
-                if batch == skip and checkpoint is not None:  # resumed mid-epoch: the dropout stream goes on too
-                    self.restore_torch_random(checkpoint)
                 x, y, weight = self.local_batch(x, y)
                 self.useful_tokens += int((y != 0).sum())
                 with autocast:
@@ -321,9 +320,7 @@ class Trainer:
                     self.save_checkpoint(self.checkpoint_state(
                         model, optimizer, scheduler, scaler, data_seed, epoch, batch + 1, epoch_loss, epoch_random_state))
                     last_save = time.monotonic()
-            if checkpoint is not None and skip > 0 and skip >= steps_per_epoch:
-                self.restore_torch_random(checkpoint)
-            skip, epoch_loss_so_far, checkpoint = 0, 0.0, None
+            skip, epoch_loss_so_far = 0, 0.0
             self.epoch_losses.append(self.global_mean(epoch_loss).item() / steps_per_epoch)
             logger.info("epoch %d: mean train loss %.4f", epoch + 1, self.epoch_losses[-1])
             if self.test_dataset is not None:

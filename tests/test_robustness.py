@@ -1,6 +1,7 @@
 """Long runs that survive: checkpoints and resume, atomic files, one-line errors, tolerated inputs, torchrun."""
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -140,7 +141,6 @@ def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path):
                                checkpoint_minutes=1e-9, resume=resume, data_seed=5, device="cpu")
         return Trainer(model, dataset, None, config)
 
-    import random
     random.seed(1)
     whole = trainer(3, False)
     whole.train()
@@ -305,7 +305,6 @@ def train_on_ranks(rank, world_size, port, wiki, results):
     if world_size > 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    import random
     random.seed(0)
     torch.manual_seed(0)
     dataset = CharCorruptionDataset(wiki, 64)
