@@ -145,7 +145,7 @@ class Trainer:
         self.test_dataset = test_dataset
         self.epoch_losses = []  # mean training loss of every finished epoch
         self.step = 0  # optimizer steps taken
-        self.useful_tokens = 0  # targets trained on that are not the pad
+        self.useful_tokens = 0  # targets of the global batches trained on that are not the pad
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if distributed else 0
         self.world_size = dist.get_world_size() if distributed else 1
@@ -288,8 +288,8 @@ class Trainer:
             for batch, (x, y) in enumerate(self.global_batches(loader, generator)):
                 if batch < skip:
                     continue
+                self.useful_tokens += int((y != 0).sum())  # counted on the CPU: no device sync
                 x, y, weight = self.local_batch(x, y)
-                self.useful_tokens += int((y != 0).sum())
                 with autocast:
                     _, loss = forward(x, y)
                 optimizer.zero_grad(set_to_none=True)
