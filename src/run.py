@@ -29,7 +29,7 @@ from dataset import CharCorruptionDataset, NameDataset, known_characters, number
 from model import GPT, GPTConfig
 from trainer import CheckpointError, Trainer, TrainerConfig
 from utils import (atomic_write, evaluate_places, load_params, params_architecture, pick_device, predict_places,
-                   read_state_dict, resolve_data_path, save_params, set_seed, short_reason)
+                   rank_and_world_size, read_state_dict, resolve_data_path, save_params, set_seed, short_reason)
 
 # The handout's settings.
 BLOCK_SIZE = 128
@@ -209,7 +209,7 @@ def checkpoint_path(args):
 
 def train(args, model, dataset, pretrain_dataset, device, learning_rate, epochs, batch_size, bucket_pool):
     """Train with the handout's schedule (or the overrides), keeping a checkpoint; save the params on rank 0."""
-    rank = dist.get_rank() if dist.is_initialized() else 0
+    rank, _ = rank_and_world_size()
     epochs, batch_size = args.max_epochs or epochs, args.batch_size or batch_size
     config = TrainerConfig(
         max_epochs=epochs,
@@ -268,7 +268,7 @@ def evaluate(args, model, pretrain_dataset, device):
         question, n = known_characters(fields[0], pretrain_dataset.stoi)
         questions.append(question)
         dropped += n
-    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    rank, world_size = rank_and_world_size()
     if dropped and rank == 0:
         print(f"dropped {dropped} character(s) outside the pretraining vocabulary from the questions", file=sys.stderr)
     predictions = predict_places(model.to(device), questions[rank::world_size], pretrain_dataset.stoi,
@@ -330,7 +330,7 @@ def run(args):
               PRETRAIN_BATCH_SIZE, PRETRAIN_BUCKET_POOL)
     elif args.function == "finetune":
         epochs = FINETUNE_EPOCHS_FROM_PRETRAINED if args.reading_params_path else FINETUNE_EPOCHS_FROM_SCRATCH
-        if finetune_dataset.dropped_characters and (not dist.is_initialized() or dist.get_rank() == 0):
+        if finetune_dataset.dropped_characters and rank_and_world_size()[0] == 0:
             print(
                 f"dropped {finetune_dataset.dropped_characters} character(s) outside the pretraining vocabulary"
                 " from the finetuning pairs",

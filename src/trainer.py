@@ -41,7 +41,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from utils import atomic_write, pick_device, save_params, short_reason
+from utils import atomic_write, pick_device, rank_and_world_size, save_params, short_reason
 
 logger = logging.getLogger(__name__)
 
@@ -146,9 +146,7 @@ class Trainer:
         self.epoch_losses = []  # mean training loss of every finished epoch
         self.step = 0  # optimizer steps taken
         self.useful_tokens = 0  # targets of the global batches trained on that are not the pad
-        distributed = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank() if distributed else 0
-        self.world_size = dist.get_world_size() if distributed else 1
+        self.rank, self.world_size = rank_and_world_size()
 
     def tokens_after(self, step):
         """Training tokens seen once batch `step` (0-based) is done: the schedule's clock."""

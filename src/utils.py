@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from dataset import MASK_CHAR, corpus_lines
@@ -18,6 +19,13 @@ def set_seed(seed):
     """Seed Python's and PyTorch's generators (every device)."""
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+def rank_and_world_size():
+    """(this process's rank, number of processes) under torch.distributed; (0, 1) otherwise."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def pick_device(name="auto"):
