@@ -4,8 +4,10 @@
 #   (bottleneck 64) and synthesizer pretrained then finetuned; dev and test
 #   predictions for each; then a table of dev accuracies.
 #
-#   ./run.sh                      the handout's settings (hours of GPU per pretraining)
+#   ./run.sh                      the handout's settings with a CUDA GPU (hours per pretraining);
+#                                 without one, the cpu recipe (about two hours per pretraining on 2 cores)
 #   ./run.sh --max_epochs 1 ...   any run.py overrides, passed to every training and evaluation
+#                                 (--recipe handout forces the handout's settings on a CPU)
 #
 # Stops at the first failing command. PYTHON picks the interpreter (default: python3).
 set -euo pipefail
@@ -20,6 +22,12 @@ for f in wiki.txt birth_places_train.tsv birth_dev.tsv birth_test_inputs.tsv; do
   fi
 done
 
+RECIPE=()
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "run.sh: no CUDA GPU: training with --recipe cpu (README: Pretraining on a CPU)" >&2
+  RECIPE=(--recipe cpu)
+fi
+
 RESULTS=()
 
 step() {  # step DESCRIPTION COMMAND...: run it, echoing it first
@@ -29,6 +37,12 @@ step() {  # step DESCRIPTION COMMAND...: run it, echoing it first
 
 run_py() {  # (the ${a[@]+...} form keeps empty arrays working under set -u in bash 3, as on macOS)
   "$PY" src/run.py "$@" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
+}
+
+train_py() {  # run_py for pretrain and finetune: the recipe first, so that the overrides win
+  local function=$1
+  shift
+  run_py "$function" "$@" ${RECIPE[@]+"${RECIPE[@]}"}
 }
 
 evaluate() {  # evaluate NAME VARIANT PARAMS PREFIX [FLAGS...]: dev and test predictions, dev accuracy kept
@@ -48,16 +62,16 @@ echo "$london"
 echo "$london" > london_baseline_accuracy.txt
 RESULTS+=("London baseline|${london#Correct: }")
 
-step "vanilla without pretraining" run_py finetune vanilla wiki.txt \
+step "vanilla without pretraining" train_py finetune vanilla wiki.txt \
   --writing_params_path vanilla.model.params --finetune_corpus_path birth_places_train.tsv
 evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain
 
 for variant in vanilla perceiver synthesizer; do
   flags=()
   [[ $variant == perceiver ]] && flags=(--bottleneck_dim 64)
-  step "$variant pretraining" run_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} --pretrain_lr 6e-3 \
+  step "$variant pretraining" train_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --writing_params_path "$variant.pretrain.params"
-  step "$variant finetuning" run_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
+  step "$variant finetuning" train_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --reading_params_path "$variant.pretrain.params" --writing_params_path "$variant.finetune.params" \
     --finetune_corpus_path birth_places_train.tsv
   evaluate "$variant with pretraining" "$variant" "$variant.finetune.params" "$variant.pretrain" ${flags[@]+"${flags[@]}"}

@@ -27,14 +27,12 @@ import torch
 
 from dataset import CharCorruptionDataset, NameDataset, corpus_lines
 from model import GPT, GPTConfig
-from run import (BLOCK_SIZE, FINAL_TOKENS_PER_EXAMPLE, FINETUNE_BATCH_SIZE, FINETUNE_BUCKET_POOL, MODEL,
-                 PRETRAIN_BATCH_SIZE, PRETRAIN_BUCKET_POOL, WARMUP_TOKENS)
+from run import BLOCK_SIZE, FINETUNE_BUCKET_POOL, HANDOUT, MODEL, PRETRAIN_BUCKET_POOL
 from trainer import Trainer, TrainerConfig
 from utils import DATA_DIR, pick_device, predict_places, set_seed
 from world import FILES, write_world
 
 PERCEIVER_BOTTLENECK = 64  # the handout's perceiver runs
-PRETRAIN_LR, FINETUNE_LR = 6e-3, 6e-4
 SWEEP_STEPS = 3
 
 
@@ -58,7 +56,8 @@ def load_data():
 def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device):
     """One epoch with run.py's settings: (seconds, trainer)."""
     config = TrainerConfig(max_epochs=1, batch_size=batch_size, learning_rate=learning_rate, lr_decay=True,
-                           warmup_tokens=WARMUP_TOKENS, final_tokens=FINAL_TOKENS_PER_EXAMPLE * len(dataset),
+                           warmup_tokens=HANDOUT["warmup_tokens"],
+                           final_tokens=HANDOUT["decay_epochs"] * len(dataset) * BLOCK_SIZE,
                            skip_padding=skip_padding, bucket_pool=bucket_pool, device=device)
     trainer = Trainer(model, dataset, None, config)
     sync(trainer.device)
@@ -82,12 +81,14 @@ def compare_variant(variant, files, args):
     for fast in (False, True):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
-        seconds, trainer = timed_training(model, pretrain, PRETRAIN_BATCH_SIZE, PRETRAIN_BUCKET_POOL, PRETRAIN_LR, fast,
+        seconds, trainer = timed_training(model, pretrain, HANDOUT["pretrain_batch_size"], PRETRAIN_BUCKET_POOL,
+                                          HANDOUT["pretrain_lr"], fast,
                                           args.device)
         results[fast, "step"] = seconds / trainer.step
         results[fast, "tokens"] = trainer.useful_tokens / seconds
-        results[fast, "finetune"], trainer = timed_training(model, names, FINETUNE_BATCH_SIZE, FINETUNE_BUCKET_POOL,
-                                                            FINETUNE_LR, fast, args.device)
+        results[fast, "finetune"], trainer = timed_training(model, names, HANDOUT["finetune_batch_size"],
+                                                            FINETUNE_BUCKET_POOL, HANDOUT["finetune_lr"], fast,
+                                                            args.device)
     answers = {}
     for fast in (False, True):
         start = time.perf_counter()

@@ -24,27 +24,44 @@ import sys
 
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines
 from model import GPT, GPTConfig
 from trainer import CheckpointError, Trainer, TrainerConfig
-from utils import (atomic_write, evaluate_places, load_params, params_architecture, pick_device, predict_places,
+from utils import (atomic_write, birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
                    rank_and_world_size, read_state_dict, resolve_data_path, save_params, set_seed, short_reason)
 
-# The handout's settings.
 BLOCK_SIZE = 128
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
-PRETRAIN_EPOCHS = 650
-PRETRAIN_BATCH_SIZE = 128
-FINETUNE_BATCH_SIZE = 256
 PRETRAIN_BUCKET_POOL = 16  # pretraining batches group examples of similar length
 FINETUNE_BUCKET_POOL = 1  # finetuning examples keep the handout's random batches (cut, not grouped)
-FINETUNE_EPOCHS_FROM_SCRATCH = 75
-FINETUNE_EPOCHS_FROM_PRETRAINED = 10
-WARMUP_TOKENS = 512 * 20
-FINAL_TOKENS_PER_EXAMPLE = 200 * BLOCK_SIZE  # final_tokens = 200 * len(pretrain_dataset) * block_size
 CUDA_NUM_WORKERS = 4
 ANSWER_STEPS = 32
+
+# The handout's training settings. The learning rate warms up over warmup_tokens, then
+# follows a cosine down to 10% of its peak over decay_epochs epochs of the pretraining
+# corpus (block_size tokens per document) and stays there, in finetuning too.
+HANDOUT = dict(
+    pretrain_epochs=650,
+    pretrain_batch_size=128,
+    pretrain_lr=6e-3,
+    finetune_epochs_from_scratch=75,
+    finetune_epochs_from_pretrained=10,
+    finetune_batch_size=256,
+    finetune_lr=6e-4,
+    dropout=0.1,
+    warmup_tokens=512 * 20,
+    decay_epochs=200,
+)
+# --recipe: named sets of settings; the handout's for whatever a recipe leaves out.
+# Flags given on the command line (--pretrain_lr, --max_epochs, --batch_size, --dropout, ...) win over both.
+RECIPES = {
+    "handout": HANDOUT,
+    # Memorises the biographies within two hours on a 2-core CPU (README: "Pretraining on a CPU").
+    "cpu": dict(HANDOUT, pretrain_epochs=90, pretrain_batch_size=32, pretrain_lr=1e-3, dropout=0.0,
+                warmup_tokens=127 * 2937, decay_epochs=90),
+}
 
 REQUIRED = {
     "pretrain": ["writing_params_path"],
@@ -78,6 +95,13 @@ def positive_float(text):
     return value
 
 
+def probability(text):
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
+    return value
+
+
 def check_writable(path, what):
     """Fail now, not after hours of training, if `path` cannot be written."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -101,18 +125,26 @@ def build_parser():
     p.add_argument("--finetune_corpus_path", help="question<TAB>place pairs to finetune on")
     p.add_argument("--eval_corpus_path", help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", help="where to write one predicted place per line")
-    p.add_argument("--pretrain_lr", type=float, default=6e-3)
-    p.add_argument("--finetune_lr", type=float, default=6e-4)
+    p.add_argument("--pretrain_lr", type=positive_float, help="peak pretraining learning rate (default 6e-3)")
+    p.add_argument("--finetune_lr", type=positive_float, help="peak finetuning learning rate (default 6e-4)")
+    p.add_argument("--recipe", choices=sorted(RECIPES), default="handout",
+                   help="training settings: the handout's (default), or cpu: two hours on a 2-core CPU (see README)")
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
     g = p.add_argument_group("overrides for quick runs and experiments (defaults: the handout's)")
     g.add_argument("--max_epochs", type=positive_int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)")
     g.add_argument("--batch_size", type=positive_int, help="batch size (pretrain 128, finetune 256)")
+    g.add_argument("--dropout", type=probability, help="dropout of embeddings, attention and residuals (default 0.1)")
     g.add_argument("--n_layer", type=positive_int, default=MODEL["n_layer"])
     g.add_argument("--n_head", type=positive_int, default=MODEL["n_head"])
     g.add_argument("--n_embd", type=positive_int, default=MODEL["n_embd"])
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     g.add_argument("--num_workers", type=int, choices=range(0, 65), metavar="N", help="DataLoader worker processes (default: 4 with CUDA, else 0)")
+    r = p.add_argument_group("recall probe (pretrain)")
+    r.add_argument("--probe_corpus_path", metavar="PATH",
+                   help="question<TAB>place pairs whose birthplaces the model should come to recall from the corpus: "
+                        "every --probe_every epochs, report how many it completes from their biographies")
+    r.add_argument("--probe_every", type=positive_int, default=5, metavar="N", help="epochs between probes (default 5)")
     c = p.add_argument_group("checkpoints (pretrain, finetune)")
     c.add_argument("--resume", action="store_true",
                    help="continue from <writing_params_path>.ckpt if it exists (same command, same settings)")
@@ -142,7 +174,16 @@ def read_text(path, what):
     return text
 
 
-def build_model(args, vocab_size):
+def training_settings(args):
+    """The recipe's settings, with the learning rates and dropout given on the command line put in."""
+    settings = dict(RECIPES[args.recipe])
+    for key in ("pretrain_lr", "finetune_lr", "dropout"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    return settings
+
+
+def build_model(args, vocab_size, dropout):
     if args.n_embd % args.n_head:
         raise UsageError(f"--n_embd {args.n_embd} must be a multiple of --n_head {args.n_head}")
     if args.variant == "perceiver" and args.n_layer < 2:
@@ -156,6 +197,9 @@ def build_model(args, vocab_size):
         perceiver=args.variant == "perceiver",
         bottleneck_dim=args.bottleneck_dim,
         synthesizer=args.variant == "synthesizer",
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        resid_pdrop=dropout,
     )
     return GPT(config)
 
@@ -207,19 +251,47 @@ def checkpoint_path(args):
     return args.writing_params_path + ".ckpt"
 
 
-def train(args, model, dataset, pretrain_dataset, device, learning_rate, epochs, batch_size, bucket_pool):
-    """Train with the handout's schedule (or the overrides), keeping a checkpoint; save the params on rank 0."""
+def recall_probe(args, model, pretrain_dataset, device, writer):
+    """epoch_end for pretraining: every --probe_every epochs, report how many probe birthplaces the model recalls."""
+    text = read_text(args.probe_corpus_path, "probe corpus")
+    pairs = []
+    for lineno, line in numbered_lines(text):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise UsageError(f"{resolve_data_path(args.probe_corpus_path)} line {lineno}: expected 'question<TAB>place'")
+        pairs.append(fields)
+
+    def probe(epochs_done):
+        if epochs_done % args.probe_every or rank_and_world_size()[0] != 0:
+            return
+        recalled, probed = birthplace_recall(model, pretrain_dataset.data, pairs, pretrain_dataset.stoi,
+                                             pretrain_dataset.itos, device)
+        share = recalled / max(1, probed)
+        tqdm.write(f"epoch {epochs_done}: recalls {recalled} of {probed} birthplaces of {args.probe_corpus_path} "
+                   f"({share:.1%})", file=sys.stderr)
+        if writer is not None:
+            writer.add_scalar("probe/recall", share, epochs_done)
+
+    return probe
+
+
+def train(args, settings, model, dataset, pretrain_dataset, device, learning_rate, epochs, batch_size, bucket_pool):
+    """Train with the recipe's schedule (or the overrides), keeping a checkpoint; save the params on rank 0."""
     rank, _ = rank_and_world_size()
     epochs, batch_size = args.max_epochs or epochs, args.batch_size or batch_size
+    writer = tensorboard_writer(args) if rank == 0 else None
+    probe = None
+    if args.function == "pretrain" and args.probe_corpus_path:
+        probe = recall_probe(args, model, pretrain_dataset, device, writer)
     config = TrainerConfig(
         max_epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
         lr_decay=True,
-        warmup_tokens=WARMUP_TOKENS,
-        final_tokens=FINAL_TOKENS_PER_EXAMPLE * len(pretrain_dataset),
+        warmup_tokens=settings["warmup_tokens"],
+        final_tokens=settings["decay_epochs"] * len(pretrain_dataset) * BLOCK_SIZE,
         num_workers=args.num_workers,
-        writer=tensorboard_writer(args) if rank == 0 else None,
+        writer=writer,
         device=device,
         skip_padding=not args.full_padding,
         bucket_pool=bucket_pool,
@@ -229,12 +301,13 @@ def train(args, model, dataset, pretrain_dataset, device, learning_rate, epochs,
         checkpoint_minutes=args.checkpoint_minutes,
         resume=args.resume,
         data_seed=args.seed,
+        epoch_end=probe,
         run_identity=dict(
             function=args.function, variant=args.variant, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
             bottleneck_dim=args.bottleneck_dim if args.variant == "perceiver" else None,
             vocab_size=pretrain_dataset.vocab_size, examples=len(dataset), max_epochs=epochs,
             batch_size=batch_size, learning_rate=learning_rate, full_padding=args.full_padding,
-            seed=args.seed,
+            seed=args.seed, recipe=args.recipe, dropout=settings["dropout"],
         ),
     )
     exists = os.path.exists(config.checkpoint_path)
@@ -317,8 +390,10 @@ def run(args):
             finetune_dataset = NameDataset(pretrain_dataset, read_text(path, "finetuning corpus"))
         except ValueError as e:
             raise UsageError(f"{resolve_data_path(path)}: {e}") from None
+    settings = training_settings(args)
+    args.pretrain_lr, args.finetune_lr = settings["pretrain_lr"], settings["finetune_lr"]
     set_seed(args.seed)
-    model = build_model(args, pretrain_dataset.vocab_size)
+    model = build_model(args, pretrain_dataset.vocab_size, settings["dropout"])
     if args.reading_params_path:
         read_params(model, args.reading_params_path, args)
     device = start_distributed(device)
@@ -326,18 +401,19 @@ def run(args):
         torch.manual_seed(args.seed + 1 + dist.get_rank())
 
     if args.function == "pretrain":
-        train(args, model, pretrain_dataset, pretrain_dataset, device, args.pretrain_lr, PRETRAIN_EPOCHS,
-              PRETRAIN_BATCH_SIZE, PRETRAIN_BUCKET_POOL)
+        train(args, settings, model, pretrain_dataset, pretrain_dataset, device, settings["pretrain_lr"],
+              settings["pretrain_epochs"], settings["pretrain_batch_size"], PRETRAIN_BUCKET_POOL)
     elif args.function == "finetune":
-        epochs = FINETUNE_EPOCHS_FROM_PRETRAINED if args.reading_params_path else FINETUNE_EPOCHS_FROM_SCRATCH
+        from_pretrained = bool(args.reading_params_path)
+        epochs = settings["finetune_epochs_from_pretrained" if from_pretrained else "finetune_epochs_from_scratch"]
         if finetune_dataset.dropped_characters and rank_and_world_size()[0] == 0:
             print(
                 f"dropped {finetune_dataset.dropped_characters} character(s) outside the pretraining vocabulary"
                 " from the finetuning pairs",
                 file=sys.stderr,
             )
-        train(args, model, finetune_dataset, pretrain_dataset, device, args.finetune_lr, epochs, FINETUNE_BATCH_SIZE,
-              FINETUNE_BUCKET_POOL)
+        train(args, settings, model, finetune_dataset, pretrain_dataset, device, settings["finetune_lr"], epochs,
+              settings["finetune_batch_size"], FINETUNE_BUCKET_POOL)
     else:
         evaluate(args, model, pretrain_dataset, device)
 
@@ -348,6 +424,8 @@ def main(argv=None):
     missing = [f"--{name}" for name in REQUIRED[args.function] if not getattr(args, name)]
     if missing:
         parser.error(f"{args.function} needs {' and '.join(missing)}")
+    if args.probe_corpus_path and args.function != "pretrain":
+        parser.error("--probe_corpus_path is for pretrain")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         run(args)

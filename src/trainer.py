@@ -73,6 +73,7 @@ class TrainerConfig:
     resume = False  # continue from checkpoint_path if it exists
     run_identity = None  # a dict saved in the checkpoint; resuming with a different one is refused
     data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
+    epoch_end = None  # called as epoch_end(epochs_done) on every rank after each epoch, e.g. to probe the model
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -328,6 +329,8 @@ class Trainer:
                     config.writer.add_scalar("test/loss", test_loss, self.step)
             if config.ckpt_path is not None and self.rank == 0:
                 save_params(model, config.ckpt_path)
+            if config.epoch_end is not None:
+                config.epoch_end(epoch + 1)
             if config.checkpoint_path:
                 self.save_checkpoint(self.checkpoint_state(
                     model, optimizer, scheduler, scaler, data_seed, epoch + 1, 0, 0.0, random.getstate()))

@@ -185,17 +185,16 @@ def greedy_decode_cached(model, x, steps, stop_id):
     return torch.stack(generated, dim=1)
 
 
-def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
+def greedy_completions(model, prompts, stoi, itos, device, steps, stop_char=None, batch_size=256, sequential=False):
     """
-    Answer "Where was X born?" questions with greedy decoding.
+    Greedy continuations of text prompts, `steps` characters each (rows may stop
+    early once every row of their batch has written stop_char).
 
-    Each question is followed by MASK; the answer is the text the model writes
-    between that MASK and the next one (everything written if it never closes it).
-    Questions of equal length are decoded together with a KV cache, which gives the
-    answers of one-at-a-time `sample` calls (sequential=True) in a fraction of the time.
+    Prompts of equal length are decoded together with a KV cache, which gives the
+    characters of one-at-a-time `sample` calls (sequential=True) in a fraction of the time.
     """
-    mask_id = stoi[MASK_CHAR]
-    encoded = [[stoi[c] for c in question + MASK_CHAR] for question in questions]
+    stop_id = stoi[stop_char] if stop_char is not None else -1
+    encoded = [[stoi[c] for c in prompt] for prompt in prompts]
     context = model.get_block_size() - 1
     was_training = model.training
     model.eval()
@@ -212,8 +211,50 @@ def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=25
         if sequential or x.size(1) + steps - 1 > context:
             out = sample(model, x, steps)[:, x.size(1) :]
         else:
-            out = greedy_decode_cached(model, x, steps, mask_id)
+            out = greedy_decode_cached(model, x, steps, stop_id)
         for i, ids in zip(rows, out.tolist()):
-            generated[i] = ids
+            generated[i] = "".join(itos[i] for i in ids)
     model.train(was_training)
-    return ["".join(itos[i] for i in ids).split(MASK_CHAR)[0] for ids in generated]
+    return generated
+
+
+def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
+    """
+    Answer "Where was X born?" questions with greedy decoding.
+
+    Each question is followed by MASK; the answer is the text the model writes
+    between that MASK and the next one (everything written if it never closes it).
+    """
+    prompts = [question + MASK_CHAR for question in questions]
+    answers = greedy_completions(model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential)
+    return [answer.split(MASK_CHAR)[0] for answer in answers]
+
+
+def birthplace_recall(model, documents, pairs, stoi, itos, device):
+    """
+    How much of the pairs' birthplaces the model has memorised from the corpus.
+
+    pairs: (question, place) from a "Where was X born?" file. For each person whose
+    document (the corpus line that starts with their name) names the place within
+    the first block_size-1 characters, the model continues the document from just
+    before the place; it recalls the place if its greedy continuation starts with it.
+    Returns (recalled, probed): probed counts the people that could be probed.
+    """
+    context = model.get_block_size() - 1
+    by_first_word = {}
+    for document in documents:
+        by_first_word.setdefault(document.split(" ")[0], []).append(document)
+    prompts, places = [], []
+    for question, place in pairs:
+        name = question.removeprefix("Where was ").removesuffix(" born?")
+        candidates = by_first_word.get(name.split(" ")[0], [])
+        document = next((d for d in candidates if d.startswith(name + ".")), "")
+        at = document.find(place)
+        if 0 < at and at + len(place) <= context and all(c in stoi for c in document[: at + len(place)]):
+            prompts.append(document[:at])
+            places.append(place)
+    if not prompts:
+        return 0, 0
+    steps = max(len(place) for place in places)
+    completions = greedy_completions(model, prompts, stoi, itos, device, steps)
+    return sum(c.startswith(place) for c, place in zip(completions, places)), len(prompts)

@@ -153,3 +153,29 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--max_epochs", "0")
     assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
+
+
+def test_recipes_fill_in_the_settings_and_flags_win():
+    parser = run.build_parser()
+    handout = run.training_settings(parser.parse_args(["pretrain", "vanilla", "w.txt"]))
+    assert handout == run.HANDOUT and handout["pretrain_lr"] == 6e-3 and handout["dropout"] == 0.1
+    cpu = run.training_settings(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu"]))
+    assert cpu == run.RECIPES["cpu"] and cpu["pretrain_batch_size"] < handout["pretrain_batch_size"]
+    overridden = run.training_settings(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu",
+                                                         "--pretrain_lr", "5e-4", "--dropout", "0.2"]))
+    assert overridden == dict(cpu, pretrain_lr=5e-4, dropout=0.2)
+
+
+def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
+    params = tmp_path / "pre.params"
+    code, _, err = cli("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
+                       "--recipe", "cpu", "--max_epochs", 2, "--probe_corpus_path", tiny_world["dev.tsv"],
+                       "--probe_every", 1, "--keep_checkpoint", *SMALL)
+    assert code == 0, err
+    reports = [line for line in err.replace("\r", "\n").splitlines() if "birthplaces of" in line]
+    assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2"]
+    assert all(" of 24 birthplaces of " in r for r in reports)  # every dev person's document names the place
+    assert params.exists()
+    identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
+    assert identity["recipe"] == "cpu" and identity["dropout"] == 0.0
+    assert identity["learning_rate"] == run.RECIPES["cpu"]["pretrain_lr"]

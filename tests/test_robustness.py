@@ -261,6 +261,10 @@ def test_bad_evaluation_lines_name_the_file_and_line(params_files, tiny_world, t
     (["pretrain", "transformer", "WIKI", "--writing_params_path", "x"], "invalid choice: 'transformer'"),
     (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--checkpoint_minutes", "0"],
      "must be a positive number"),
+    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--dropout", "1"], "must be at least 0 and below 1"),
+    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
+    (["finetune", "vanilla", "WIKI", "--writing_params_path", "x", "--finetune_corpus_path", "WIKI",
+      "--probe_corpus_path", "WIKI"], "--probe_corpus_path is for pretrain"),
 ])
 def test_command_line_mistakes_are_one_line(args, message, tiny_world):
     code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])

@@ -1,4 +1,4 @@
-"""sample, evaluate_places, set_seed and the file helpers."""
+"""sample, evaluate_places, the recall probe, set_seed and the file helpers."""
 
 import random
 
@@ -6,8 +6,10 @@ import pytest
 import torch
 
 import utils
+from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
-from utils import evaluate_places, sample, set_seed
+from trainer import Trainer, TrainerConfig
+from utils import birthplace_recall, evaluate_places, sample, set_seed
 
 
 def tiny_model(synthesizer=False):
@@ -90,3 +92,20 @@ def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path):
         utils.atomic_write(target, fail)
     assert target.read_bytes() == b"old"
     assert [p.name for p in target.parent.iterdir()] == ["file.txt"]
+
+
+def test_birthplace_recall_counts_the_places_a_model_has_memorised():
+    people = [("Ada Berg", "Paris"), ("Bruno Costa", "Lagos"), ("Clara Duval", "Oslo"), ("Dmitri Egan", "Lima"),
+              ("Elif Garza", "Kyoto"), ("Farid Abbott", "Perth")]
+    documents = [f"{name}. {name} was born in {place} and worked as a painter." for name, place in people]
+    documents.append("Greta Fischer. Greta Fischer was a painter.")  # her place is not in her document
+    pairs = [(f"Where was {name} born?", place) for name, place in people]
+    pairs += [("Where was Greta Fischer born?", "Rome"), ("Where was Hugo Nobody born?", "Oslo")]  # no document
+    set_seed(0)
+    corpus = CharCorruptionDataset("\n".join(documents), 128)
+    model = GPT(GPTConfig(corpus.vocab_size, 128, n_layer=2, n_head=2, n_embd=64,
+                          embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0))
+    before = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
+    Trainer(model, corpus, None, TrainerConfig(max_epochs=300, batch_size=8, learning_rate=3e-3, device="cpu")).train()
+    after = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
+    assert before == (0, 6) and after == (6, 6)
