@@ -5,7 +5,8 @@
 #   predictions for each; then a table of dev accuracies.
 #
 #   ./run.sh                      the handout's settings with a CUDA GPU (hours per pretraining);
-#                                 without one, the cpu recipe (about two hours per pretraining on 2 cores)
+#                                 without one, the cpu recipe (about an hour per pretraining on 2 cores,
+#                                 short of the handout's accuracy: README, "Pretraining on a CPU")
 #   ./run.sh --max_epochs 1 ...   any run.py overrides, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)
 #
@@ -22,27 +23,25 @@ for f in wiki.txt birth_places_train.tsv birth_dev.tsv birth_test_inputs.tsv; do
   fi
 done
 
-RECIPE=()
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "run.sh: no CUDA GPU: training with --recipe cpu (README: Pretraining on a CPU)" >&2
-  RECIPE=(--recipe cpu)
+  OVERRIDES=(--recipe cpu "$@")  # first, so that a --recipe among the overrides wins
 fi
 
 RESULTS=()
 
-step() {  # step DESCRIPTION COMMAND...: run it, echoing it first
-  echo "== $1: ${*:2}" >&2
+step() {  # step DESCRIPTION COMMAND...: say what comes, then run it
+  echo "== $1" >&2
   "${@:2}"
 }
 
-run_py() {  # (the ${a[@]+...} form keeps empty arrays working under set -u in bash 3, as on macOS)
-  "$PY" src/run.py "$@" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
+run_echoed() {  # run a command, echoing it first
+  echo "   $*" >&2
+  "$@"
 }
 
-train_py() {  # run_py for pretrain and finetune: the recipe first, so that the overrides win
-  local function=$1
-  shift
-  run_py "$function" "$@" ${RECIPE[@]+"${RECIPE[@]}"}
+run_py() {  # (the ${a[@]+...} form keeps empty arrays working under set -u in bash 3, as on macOS)
+  run_echoed "$PY" src/run.py "$@" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
 }
 
 evaluate() {  # evaluate NAME VARIANT PARAMS PREFIX [FLAGS...]: dev and test predictions, dev accuracy kept
@@ -57,21 +56,21 @@ evaluate() {  # evaluate NAME VARIANT PARAMS PREFIX [FLAGS...]: dev and test pre
     --eval_corpus_path birth_test_inputs.tsv --outputs_path "$prefix.test.predictions"
 }
 
-london=$(step "London baseline" "$PY" src/london_baseline.py birth_dev.tsv)
+london=$(step "London baseline" run_echoed "$PY" src/london_baseline.py birth_dev.tsv)
 echo "$london"
 echo "$london" > london_baseline_accuracy.txt
 RESULTS+=("London baseline|${london#Correct: }")
 
-step "vanilla without pretraining" train_py finetune vanilla wiki.txt \
+step "vanilla without pretraining" run_py finetune vanilla wiki.txt \
   --writing_params_path vanilla.model.params --finetune_corpus_path birth_places_train.tsv
 evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain
 
 for variant in vanilla perceiver synthesizer; do
   flags=()
   [[ $variant == perceiver ]] && flags=(--bottleneck_dim 64)
-  step "$variant pretraining" train_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
+  step "$variant pretraining" run_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --writing_params_path "$variant.pretrain.params"
-  step "$variant finetuning" train_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
+  step "$variant finetuning" run_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --reading_params_path "$variant.pretrain.params" --writing_params_path "$variant.finetune.params" \
     --finetune_corpus_path birth_places_train.tsv
   evaluate "$variant with pretraining" "$variant" "$variant.finetune.params" "$variant.pretrain" ${flags[@]+"${flags[@]}"}

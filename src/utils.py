@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 import tempfile
 from pathlib import Path
 
@@ -223,11 +224,13 @@ def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=25
     Answer "Where was X born?" questions with greedy decoding.
 
     Each question is followed by MASK; the answer is the text the model writes
-    between that MASK and the next one (everything written if it never closes it).
+    between that MASK and the next one (everything written if it never closes it),
+    up to a line break if it writes one: the vocabulary holds the corpus's newline,
+    and a place never contains one, so every answer fits on one line of a predictions file.
     """
     prompts = [question + MASK_CHAR for question in questions]
     answers = greedy_completions(model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential)
-    return [answer.split(MASK_CHAR)[0] for answer in answers]
+    return [re.split("[\r\n]", answer.split(MASK_CHAR)[0])[0] for answer in answers]
 
 
 def birthplace_recall(model, documents, pairs, stoi, itos, device):

@@ -1,5 +1,7 @@
 """The command line, end to end on a small model: every subcommand and variant, and its errors."""
 
+import os
+import re
 import subprocess
 import sys
 
@@ -48,6 +50,27 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
                 "--eval_corpus_path", tiny_world["test.tsv"], "--outputs_path", outputs, *SMALL) == 0
     assert "no targets provided" in capsys.readouterr().out
     assert len(outputs.read_text(encoding="utf-8").splitlines()) == 24
+
+
+def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):
+    """The corpus's newline is in the vocabulary; a model that writes it still gives one line per question."""
+    from dataset import CharCorruptionDataset
+    from model import GPT, GPTConfig
+    from utils import save_params
+
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        vocabulary = CharCorruptionDataset(f.read(), run.BLOCK_SIZE)
+    model = GPT(GPTConfig(vocabulary.vocab_size, run.BLOCK_SIZE, n_layer=3, n_head=2, n_embd=32))
+    with torch.no_grad():  # every position's most likely next character is the newline
+        model.ln_f.weight.zero_()
+        model.ln_f.bias.fill_(1.0)
+        model.head.weight.zero_()
+        model.head.weight[vocabulary.stoi["\n"]] = 1.0
+    params, outputs = tmp_path / "newline.params", tmp_path / "dev.predictions"
+    save_params(model, params)
+    assert main("evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path", params,
+                "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", outputs, *SMALL) == 0
+    assert outputs.read_text(encoding="utf-8") == "\n" * 24
 
 
 def test_finetune_from_scratch_then_evaluate_in_a_fresh_process(tiny_world, tmp_path):
@@ -179,3 +202,29 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
     identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
     assert identity["recipe"] == "cpu" and identity["dropout"] == 0.0
     assert identity["learning_rate"] == run.RECIPES["cpu"]["pretrain_lr"]
+
+
+def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
+    """run.sh from a copy of the repository whose data are a small generated world, on a machine without CUDA."""
+    import shutil
+
+    from world import write_world
+
+    shutil.copy(ROOT / "run.sh", tmp_path)
+    (tmp_path / "src").symlink_to(ROOT / "src")
+    write_world(tmp_path, n_train=40, n_dev=10, n_test=10, n_places=8)
+    done = subprocess.run(["bash", "run.sh", "--max_epochs", "1", *SMALL], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600, env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "training with --recipe cpu" in done.stderr
+    commands = [line.split() for line in done.stderr.splitlines() if " src/run.py " in line]
+    trainings = [c for c in commands if c[2] in ("pretrain", "finetune")]
+    assert len(commands) == 15 and len(trainings) == 7
+    assert all(c[c.index("--recipe") + 1] == "cpu" for c in trainings)
+    rows = (tmp_path / "results.md").read_text(encoding="utf-8").splitlines()
+    assert [row.split("|")[1].strip() for row in rows[3:]] == [
+        "London baseline", "vanilla without pretraining", "vanilla with pretraining", "perceiver with pretraining",
+        "synthesizer with pretraining"]
+    assert all(re.fullmatch(r"\d+ out of 10: [\d.]+%", row.split("|")[2].strip()) for row in rows[4:]), rows
+    for prefix in ["vanilla.nopretrain", "vanilla.pretrain", "perceiver.pretrain", "synthesizer.pretrain"]:
+        assert (tmp_path / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
