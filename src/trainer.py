@@ -65,7 +65,7 @@ class TrainerConfig:
     skip_padding = True  # cut every batch after its last non-pad target (exact)
     bucket_pool = 16  # with skip_padding, batches per pool of examples grouped by length (1: no grouping)
     precision = "auto"  # "auto" (bf16, or fp16 + GradScaler, on CUDA; fp32 elsewhere), "fp32", "bf16", "fp16"
-    fused_adamw = None  # None: fused on CUDA
+    fused_adamw = None  # None: fused on CUDA and the CPU, where PyTorch has a fused AdamW
     compile = False  # torch.compile the model
     log_every = 10  # steps between reading the loss back for the bar and TensorBoard
     checkpoint_path = None  # resumable checkpoint (see module docstring), or None
@@ -233,7 +233,7 @@ class Trainer:
         dtype = autocast_dtype(self.device, config.precision)
         autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
         scaler = torch.amp.GradScaler(self.device.type, enabled=dtype == torch.float16)
-        fused = on_cuda if config.fused_adamw is None else config.fused_adamw
+        fused = self.device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
         optimizer = torch.optim.AdamW(
             parameter_groups(model, config.weight_decay), lr=config.learning_rate, betas=config.betas, fused=fused
         )
