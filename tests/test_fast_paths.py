@@ -72,8 +72,45 @@ def test_bucketing_halves_pretraining_arithmetic(world):
     positions = 0
     loader = torch.utils.data.DataLoader(pre, batch_size=32 * trainer.config.bucket_pool, shuffle=True)
     for x, y in trainer.global_batches(loader, torch.Generator().manual_seed(0)):
-        positions += trainer.local_batch(x, y)[0].numel()
+        positions += sum(xp.numel() for xp, _, _ in trainer.micro_batches(x, y))
     assert positions <= 0.6 * len(pre) * 127
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_micro_batches_keep_the_batch_loss_and_gradients(variant, world):
+    """Rows sorted by length in passes of 8, each cut to its own longest row: the same batch, loss and gradient."""
+    _, pre, names = world
+    for dataset in (pre, names):
+        torch.manual_seed(0)
+        model = GPT(config_for(variant, pre.vocab_size, 128)).eval()  # eval: no dropout, same arithmetic
+        x, y = map(torch.stack, zip(*[dataset[i] for i in range(40)]))
+        trainer = Trainer(model, dataset, None, TrainerConfig(device="cpu", micro_batch_size=8))
+        passes = trainer.micro_batches(x, y)
+        assert len(passes) == 5 and sum(share for _, _, share in passes) == pytest.approx(1.0)
+        seen = []
+        for xp, yp, _ in passes:
+            n = xp.size(1)
+            assert n == int(real_lengths(yp).max())
+            for row_x, row_y in zip(xp, yp):
+                match = [i for i in range(len(y)) if torch.equal(x[i, :n], row_x) and torch.equal(y[i, :n], row_y)
+                         and not y[i, n:].any() and i not in seen]
+                seen.append(match[0])
+        assert sorted(seen) == list(range(len(y)))
+        cut = int(real_lengths(y).max())
+        assert sum(xp.numel() for xp, _, _ in passes) < len(y) * cut  # less than the batch cut as a whole
+        results = []
+        for pieces in ([(x, y, 1.0)], passes):
+            model.zero_grad()
+            total = 0.0
+            for xp, yp, share in pieces:
+                _, loss = model(xp, yp)
+                (loss * share).backward()
+                total += loss.item() * share
+            results.append((total, [p.grad.clone() for p in model.parameters()]))
+        (batch_loss, batch_grads), (passes_loss, passes_grads) = results
+        assert passes_loss == pytest.approx(batch_loss, abs=1e-5)
+        for (name, _), g_batch, g_passes in zip(model.named_parameters(), batch_grads, passes_grads):
+            assert torch.allclose(g_batch, g_passes, atol=1e-6), name
 
 
 @pytest.fixture(scope="module")

@@ -315,7 +315,8 @@ def train_on_ranks(rank, world_size, port, wiki, results):
     model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16,
                           embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0))
     config = TrainerConfig(max_epochs=2, batch_size=16, learning_rate=3e-3, lr_decay=True, warmup_tokens=100,
-                           final_tokens=10000, data_seed=3, device="cpu")
+                           final_tokens=10000, data_seed=3, device="cpu",
+                           micro_batch_size=4)  # several passes per step: gradients accumulate under no_sync
     trainer = Trainer(model, dataset, None, config)
     trainer.train()
     if rank == 0:
