@@ -11,11 +11,12 @@ Padding is skipped: every batch is cut after its last target that is not the pad
 (exact, since the loss ignores pad targets and every model here is causal), and
 batches can be drawn from pools of examples grouped by length (bucket_pool), so
 that a batch holds examples of similar length. On the CPU a batch also goes through
-the model in micro-batches of rows of similar length, each cut to its own longest
-row, with gradients accumulated: the same batch and the same mean loss, so the
-same gradient, for less arithmetic. On CUDA it trains in bf16 (fp16
-with a gradient scaler where bf16 is missing) with TF32 matmuls and fused AdamW,
-and reads the loss back only every log_every steps instead of after every step.
+the model in passes of rows of similar length, each cut to its own longest row,
+with gradients accumulated: the same batch and the same mean loss, so the same
+gradient (with dropout, the same in distribution), for less arithmetic. AdamW is
+the fused one on CUDA and the CPU. On CUDA it trains in bf16 (fp16 with a gradient
+scaler where bf16 is missing) with TF32 matmuls, and reads the loss back only every
+log_every steps instead of after every step.
 
 With checkpoint_path set, it keeps a resumable checkpoint (model, optimizer,
 schedule, epoch, position in the epoch and random states) written atomically after
@@ -69,7 +70,7 @@ class TrainerConfig:
     device = "auto"  # "auto", "cuda", "mps" or "cpu"
     skip_padding = True  # cut every batch after its last non-pad target (exact)
     bucket_pool = 16  # with skip_padding, batches per pool of examples grouped by length (1: no grouping)
-    micro_batch_size = None  # with skip_padding, rows per forward pass (None: 64 on the CPU, whole batches elsewhere)
+    micro_batch_size = None  # with skip_padding, rows per forward pass (None: CPU_MICRO_BATCH on the CPU, else all)
     precision = "auto"  # "auto" (bf16, or fp16 + GradScaler, on CUDA; fp32 elsewhere), "fp32", "bf16", "fp16"
     fused_adamw = None  # None: fused on CUDA and the CPU, where PyTorch has a fused AdamW
     compile = False  # torch.compile the model
@@ -201,16 +202,36 @@ class Trainer:
         if not self.config.skip_padding:
             return [(self.to_device(x), self.to_device(y), 1.0)]
         size = self.config.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else len(y))
+        if size >= len(y) or not y.any():
+            n = max(1, int(real_lengths(y).max()))
+            return [(self.to_device(x[:, :n]), self.to_device(y[:, :n]), 1.0)]
         lengths = real_lengths(y)
-        groups = torch.argsort(lengths, stable=True).split(size) if size < len(y) else [slice(None)]
-        pieces = []
-        for r in groups:
-            n = max(1, int(lengths[r].max()))
-            pieces.append((x[r, :n], y[r, :n], int((y[r] != 0).sum())))
-        pieces = [p for p in pieces if p[2] > 0] or pieces[-1:]  # a pass without real targets adds nothing
-        total = sum(p[2] for p in pieces)
-        return [(self.to_device(xp), self.to_device(yp), count / total if len(pieces) > 1 else 1.0)
-                for xp, yp, count in pieces]
+        passes = []
+        for rows in torch.argsort(lengths, stable=True).split(size):
+            targets = int((y[rows] != 0).sum())
+            if targets:  # rows without a real target add nothing to the batch's mean loss
+                n = int(lengths[rows].max())
+                passes.append((x[rows, :n], y[rows, :n], targets))
+        total = sum(targets for _, _, targets in passes)
+        return [(self.to_device(xp), self.to_device(yp), targets / total) for xp, yp, targets in passes]
+
+    def backward(self, forward, passes, weight=1.0, autocast=None, scaler=None, ddp=None):
+        """
+        Forward and backward every pass of a batch, the gradients adding up to those of the
+        batch's mean loss times `weight`; returns that mean loss (detached). Under DDP the
+        gradients are averaged across ranks once, after the last pass.
+        """
+        loss = 0.0
+        for i, (x, y, share) in enumerate(passes):
+            last = i == len(passes) - 1
+            sync = contextlib.nullcontext() if ddp is None or last else ddp.no_sync()
+            with sync:
+                with autocast or contextlib.nullcontext():
+                    _, pass_loss = forward(x, y)
+                scaled = pass_loss * (share * weight)
+                (scaled if scaler is None else scaler.scale(scaled)).backward()
+            loss = loss + pass_loss.detach() * share
+        return loss
 
     def to_device(self, t):
         """A CPU tensor on the training device; on CUDA through pinned memory, without waiting for the copy."""
@@ -316,23 +337,15 @@ class Trainer:
                     continue
                 self.useful_tokens += int((y != 0).sum())  # counted on the CPU: no device sync
                 x, y, weight = self.local_batch(x, y)
-                passes = self.micro_batches(x, y)
                 optimizer.zero_grad(set_to_none=True)
-                loss = 0.0
-                for i, (xp, yp, share) in enumerate(passes):
-                    last = i == len(passes) - 1  # DDP averages the gradients once, after the last pass
-                    with contextlib.nullcontext() if ddp is None or last else ddp.no_sync():
-                        with autocast:
-                            _, pass_loss = forward(xp, yp)
-                        scaler.scale(pass_loss * (share * weight)).backward()
-                    loss = loss + pass_loss.detach() * share
+                loss = self.backward(forward, self.micro_batches(x, y), weight, autocast, scaler, ddp)
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
                 scaler.step(optimizer)
                 scaler.update()
                 lr = scheduler.get_last_lr()[0]
                 scheduler.step()
-                weighted = loss.detach().float() * weight
+                weighted = loss.float() * weight
                 epoch_loss += weighted
                 window_loss += weighted
                 window_steps += 1

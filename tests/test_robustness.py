@@ -316,7 +316,7 @@ def train_on_ranks(rank, world_size, port, wiki, results):
                           embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0))
     config = TrainerConfig(max_epochs=2, batch_size=16, learning_rate=3e-3, lr_decay=True, warmup_tokens=100,
                            final_tokens=10000, data_seed=3, device="cpu",
-                           micro_batch_size=4)  # several passes per step: gradients accumulate under no_sync
+                           micro_batch_size=4)  # several passes a step, DDP syncing after the last one
     trainer = Trainer(model, dataset, None, config)
     trainer.train()
     if rank == 0:
