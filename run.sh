@@ -4,8 +4,8 @@
 #   (bottleneck 64) and synthesizer pretrained then finetuned; dev and test
 #   predictions for each; then a table of dev accuracies.
 #
-#   ./run.sh                      the handout's settings with a CUDA GPU (hours per pretraining);
-#                                 without one, the cpu recipe (about an hour per pretraining on 2 cores,
+#   ./run.sh                      the handout's settings with a CUDA GPU (budgeted at two GPU-hours per pretraining);
+#                                 without one, the cpu recipe (under an hour per pretraining on 2 cores,
 #                                 short of the handout's accuracy: README, "Pretraining on a CPU")
 #   ./run.sh --max_epochs 1 ...   any run.py overrides, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)

@@ -58,7 +58,7 @@ HANDOUT = dict(
 # Flags given on the command line (--pretrain_lr, --max_epochs, --batch_size, --dropout, ...) win over both.
 RECIPES = {
     "handout": HANDOUT,
-    # About an hour of pretraining on a 2-core CPU; short of the handout's accuracy (README: "Pretraining on a CPU").
+    # Under an hour of pretraining on a 2-core CPU; short of the handout's accuracy (README: "Pretraining on a CPU").
     "cpu": dict(HANDOUT, pretrain_epochs=90, pretrain_batch_size=32, pretrain_lr=1e-3, dropout=0.0,
                 warmup_tokens=127 * 2937, decay_epochs=90),
 }
@@ -128,7 +128,7 @@ def build_parser():
     p.add_argument("--pretrain_lr", type=positive_float, help="peak pretraining learning rate (default 6e-3)")
     p.add_argument("--finetune_lr", type=positive_float, help="peak finetuning learning rate (default 6e-4)")
     p.add_argument("--recipe", choices=sorted(RECIPES), default="handout",
-                   help="training settings: the handout's (default), or cpu: about an hour of pretraining on a 2-core CPU, "
+                   help="training settings: the handout's (default), or cpu: under an hour of pretraining on a 2-core CPU, "
                         "short of the handout's accuracy (see README)")
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
     g = p.add_argument_group("overrides for quick runs and experiments (defaults: the handout's)")
