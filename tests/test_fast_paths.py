@@ -26,25 +26,36 @@ def world():
     return files, pre, NameDataset(pre, files["birth_places_train.tsv"])
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_cutting_padding_keeps_loss_and_gradients(variant, world):
+def batches_and_models(variant, world, rows):
+    """For the pretraining and the finetuning data: (dataset, a fresh model without dropout, x, y of `rows` examples)."""
     _, pre, names = world
     for dataset in (pre, names):
         torch.manual_seed(0)
         model = GPT(config_for(variant, pre.vocab_size, 128)).eval()  # eval: no dropout, same arithmetic
-        x, y = map(torch.stack, zip(*[dataset[i] for i in range(16)]))
+        x, y = map(torch.stack, zip(*[dataset[i] for i in range(rows)]))
+        yield dataset, model, x, y
+
+
+def assert_same_loss_and_gradients(model, first, second):
+    """Two ways to pass a batch through the model, as [(x, y, share)], give one loss and one gradient."""
+    trainer = Trainer(model, None, None, TrainerConfig(device="cpu"))
+    results = []
+    for passes in (first, second):
+        model.zero_grad()
+        loss = trainer.backward(model, passes)
+        results.append((loss, [p.grad.clone() for p in model.parameters()]))
+    (first_loss, first_grads), (second_loss, second_grads) = results
+    assert torch.allclose(first_loss, second_loss, atol=1e-6)
+    for (name, _), g_first, g_second in zip(model.named_parameters(), first_grads, second_grads):
+        assert torch.allclose(g_first, g_second, atol=1e-6), name
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cutting_padding_keeps_loss_and_gradients(variant, world):
+    for _, model, x, y in batches_and_models(variant, world, 16):
         n = int(real_lengths(y).max())
         assert n < 127
-        results = []
-        for xb, yb in [(x, y), (x[:, :n], y[:, :n])]:
-            model.zero_grad()
-            _, loss = model(xb, yb)
-            loss.backward()
-            results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
-        (full_loss, full_grads), (cut_loss, cut_grads) = results
-        assert torch.allclose(full_loss, cut_loss, atol=1e-6)
-        for name_param, g_full, g_cut in zip(model.named_parameters(), full_grads, cut_grads):
-            assert torch.allclose(g_full, g_cut, atol=1e-6), name_param[0]
+        assert_same_loss_and_gradients(model, [(x, y, 1.0)], [(x[:, :n], y[:, :n], 1.0)])
 
 
 def test_length_buckets_hold_every_example_once_and_cut_only_padding(world):
@@ -79,11 +90,7 @@ def test_bucketing_halves_pretraining_arithmetic(world):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_micro_batches_keep_the_batch_loss_and_gradients(variant, world):
     """Rows sorted by length in passes of 8, each cut to its own longest row: the same batch, loss and gradient."""
-    _, pre, names = world
-    for dataset in (pre, names):
-        torch.manual_seed(0)
-        model = GPT(config_for(variant, pre.vocab_size, 128)).eval()  # eval: no dropout, same arithmetic
-        x, y = map(torch.stack, zip(*[dataset[i] for i in range(40)]))
+    for dataset, model, x, y in batches_and_models(variant, world, 40):
         trainer = Trainer(model, dataset, None, TrainerConfig(device="cpu", micro_batch_size=8))
         passes = trainer.micro_batches(x, y)
         assert len(passes) == 5 and sum(share for _, _, share in passes) == pytest.approx(1.0)
@@ -99,15 +106,7 @@ def test_micro_batches_keep_the_batch_loss_and_gradients(variant, world):
         assert sorted(seen) == list(range(len(y)))
         cut = int(real_lengths(y).max())
         assert sum(xp.numel() for xp, _, _ in passes) < len(y) * cut  # less than the batch cut as a whole
-        results = []
-        for pieces in ([(x, y, 1.0)], passes):
-            model.zero_grad()
-            loss = trainer.backward(model, pieces)
-            results.append((loss, [p.grad.clone() for p in model.parameters()]))
-        (batch_loss, batch_grads), (passes_loss, passes_grads) = results
-        assert torch.allclose(batch_loss, passes_loss, atol=1e-6)
-        for (name, _), g_batch, g_passes in zip(model.named_parameters(), batch_grads, passes_grads):
-            assert torch.allclose(g_batch, g_passes, atol=1e-6), name
+        assert_same_loss_and_gradients(model, [(x, y, 1.0)], passes)
 
 
 @pytest.fixture(scope="module")
