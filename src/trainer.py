@@ -202,10 +202,10 @@ class Trainer:
         if not self.config.skip_padding:
             return [(self.to_device(x), self.to_device(y), 1.0)]
         size = self.config.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else len(y))
-        if size >= len(y) or not y.any():
-            n = max(1, int(real_lengths(y).max()))
-            return [(self.to_device(x[:, :n]), self.to_device(y[:, :n]), 1.0)]
         lengths = real_lengths(y)
+        if size >= len(y) or not y.any():
+            n = max(1, int(lengths.max()))
+            return [(self.to_device(x[:, :n]), self.to_device(y[:, :n]), 1.0)]
         passes = []
         for rows in torch.argsort(lengths, stable=True).split(size):
             targets = int((y[rows] != 0).sum())

@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -10,6 +11,10 @@ import torch
 
 import run
 from conftest import ROOT
+from dataset import CharCorruptionDataset
+from model import GPT, GPTConfig
+from utils import save_params
+from world import write_world
 
 SMALL = ["--n_layer", "3", "--n_head", "2", "--n_embd", "32", "--bottleneck_dim", "16",
          "--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
@@ -54,10 +59,6 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
 
 def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):
     """The corpus's newline is in the vocabulary; a model that writes it still gives one line per question."""
-    from dataset import CharCorruptionDataset
-    from model import GPT, GPTConfig
-    from utils import save_params
-
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
         vocabulary = CharCorruptionDataset(f.read(), run.BLOCK_SIZE)
     model = GPT(GPTConfig(vocabulary.vocab_size, run.BLOCK_SIZE, n_layer=3, n_head=2, n_embd=32))
@@ -206,10 +207,6 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
 
 def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     """run.sh from a copy of the repository whose data are a small generated world, on a machine without CUDA."""
-    import shutil
-
-    from world import write_world
-
     shutil.copy(ROOT / "run.sh", tmp_path)
     (tmp_path / "src").symlink_to(ROOT / "src")
     write_world(tmp_path, n_train=40, n_dev=10, n_test=10, n_places=8)

@@ -58,20 +58,26 @@ def test_cutting_padding_keeps_loss_and_gradients(variant, world):
         assert_same_loss_and_gradients(model, [(x, y, 1.0)], [(x[:, :n], y[:, :n], 1.0)])
 
 
+def source_rows(x, y, pieces):
+    """The batch row each row of the pieces (x, y, ...) came from; each piece must be cut to its longest real target."""
+    seen = []
+    for xp, yp, *_ in pieces:
+        n = xp.size(1)
+        assert n == int(real_lengths(yp).max())
+        for row_x, row_y in zip(xp, yp):
+            match = [i for i in range(len(y)) if torch.equal(x[i, :n], row_x) and torch.equal(y[i, :n], row_y)
+                     and not y[i, n:].any() and i not in seen]
+            assert match, "every row is a batch row with only pad targets cut"
+            seen.append(match[0])
+    return seen
+
+
 def test_length_buckets_hold_every_example_once_and_cut_only_padding(world):
     _, pre, _ = world
     x, y = map(torch.stack, zip(*[pre[i % len(pre)] for i in range(300)]))
     batches = list(length_buckets(x, y, 64))
     assert [len(b[0]) for b in batches][-1] == 300 - 4 * 64 and all(len(b[0]) == 64 for b in batches[:-1])
-    seen = []
-    for xb, yb in batches:
-        n = xb.size(1)
-        assert n == int(real_lengths(yb).max())
-        for row_x, row_y in zip(xb, yb):
-            match = [i for i in range(300) if torch.equal(x[i, :n], row_x) and torch.equal(y[i, :n], row_y)]
-            assert match and not y[match[0], n:].any(), "only pad targets are cut"
-            seen.append(match[0])
-    assert len(seen) == 300
+    assert len(source_rows(x, y, batches)) == 300
 
 
 def test_bucketing_halves_pretraining_arithmetic(world):
@@ -94,16 +100,7 @@ def test_micro_batches_keep_the_batch_loss_and_gradients(variant, world):
         trainer = Trainer(model, dataset, None, TrainerConfig(device="cpu", micro_batch_size=8))
         passes = trainer.micro_batches(x, y)
         assert len(passes) == 5 and sum(share for _, _, share in passes) == pytest.approx(1.0)
-        seen = []
-        for xp, yp, _ in passes:
-            n = xp.size(1)
-            assert n == int(real_lengths(yp).max())
-            for row_x, row_y in zip(xp, yp):
-                match = [i for i in range(len(y)) if torch.equal(x[i, :n], row_x) and torch.equal(y[i, :n], row_y)
-                         and not y[i, n:].any() and i not in seen]
-                assert match, "every pass row is a batch row with only pad targets cut"
-                seen.append(match[0])
-        assert sorted(seen) == list(range(len(y)))
+        assert sorted(source_rows(x, y, passes)) == list(range(len(y)))
         cut = int(real_lengths(y).max())
         assert sum(xp.numel() for xp, _, _ in passes) < len(y) * cut  # less than the batch cut as a whole
         assert_same_loss_and_gradients(model, [(x, y, 1.0)], passes)
