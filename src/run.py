@@ -24,6 +24,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines
@@ -141,10 +142,14 @@ def build_parser():
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     g.add_argument("--num_workers", type=int, choices=range(0, 65), metavar="N", help="DataLoader worker processes (default: 4 with CUDA, else 0)")
+    g.add_argument("--mix_corpus_path", metavar="PATH",
+                   help="pretrain: also train on these question<TAB>place pairs, in finetuning's format, mixed into "
+                        "every epoch (mixed training; README: \"Pretraining on a CPU\")")
     r = p.add_argument_group("recall probe (pretrain)")
     r.add_argument("--probe_corpus_path", metavar="PATH",
                    help="question<TAB>place pairs whose birthplaces the model should come to recall from the corpus: "
-                        "every --probe_every epochs, report how many it completes from their biographies")
+                        "every --probe_every epochs, report how many it completes from their biographies "
+                        "and how many of the questions it answers")
     r.add_argument("--probe_every", type=positive_int, default=5, metavar="N", help="epochs between probes (default 5)")
     c = p.add_argument_group("checkpoints (pretrain, finetune)")
     c.add_argument("--resume", action="store_true",
@@ -173,6 +178,14 @@ def read_text(path, what):
     if not text.strip():
         raise UsageError(f"{what} {path} is empty")
     return text
+
+
+def pairs_dataset(pretrain_dataset, path, what):
+    """The question<TAB>place pairs at `path` as finetuning examples, or a one-line error naming the bad line."""
+    try:
+        return NameDataset(pretrain_dataset, read_text(path, what))
+    except ValueError as e:
+        raise UsageError(f"{resolve_data_path(path)}: {e}") from None
 
 
 def training_settings(args):
@@ -253,7 +266,10 @@ def checkpoint_path(args):
 
 
 def recall_probe(args, model, pretrain_dataset, device, writer):
-    """epoch_end for pretraining: every --probe_every epochs, report how many probe birthplaces the model recalls."""
+    """
+    epoch_end for pretraining: every --probe_every epochs, report how many probe birthplaces
+    the model recalls from their biographies, and how many of the probe questions it answers.
+    """
     text = read_text(args.probe_corpus_path, "probe corpus")
     pairs = []
     for lineno, line in numbered_lines(text):
@@ -261,17 +277,21 @@ def recall_probe(args, model, pretrain_dataset, device, writer):
         if len(fields) != 2:
             raise UsageError(f"{resolve_data_path(args.probe_corpus_path)} line {lineno}: expected 'question<TAB>place'")
         pairs.append(fields)
+    stoi, itos = pretrain_dataset.stoi, pretrain_dataset.itos
+    questions = [known_characters(question, stoi)[0] for question, _ in pairs]
 
     def probe(epochs_done):
         if epochs_done % args.probe_every or rank_and_world_size()[0] != 0:
             return
-        recalled, probed = birthplace_recall(model, pretrain_dataset.data, pairs, pretrain_dataset.stoi,
-                                             pretrain_dataset.itos, device)
-        share = recalled / max(1, probed)
+        recalled, probed = birthplace_recall(model, pretrain_dataset.data, pairs, stoi, itos, device)
+        answers = predict_places(model, questions, stoi, itos, device, ANSWER_STEPS)
+        answered = sum(answer == place for answer, (_, place) in zip(answers, pairs))
+        recall, accuracy = recalled / max(1, probed), answered / len(pairs)
         tqdm.write(f"epoch {epochs_done}: recalls {recalled} of {probed} birthplaces of {args.probe_corpus_path} "
-                   f"({share:.1%})", file=sys.stderr)
+                   f"({recall:.1%}), answers {answered} of its {len(pairs)} questions ({accuracy:.1%})", file=sys.stderr)
         if writer is not None:
-            writer.add_scalar("probe/recall", share, epochs_done)
+            writer.add_scalar("probe/recall", recall, epochs_done)
+            writer.add_scalar("probe/accuracy", accuracy, epochs_done)
 
     return probe
 
@@ -281,6 +301,8 @@ def train(args, settings, model, dataset, pretrain_dataset, device, learning_rat
     rank, _ = rank_and_world_size()
     epochs, batch_size = args.max_epochs or epochs, args.batch_size or batch_size
     writer = tensorboard_writer(args) if rank == 0 else None
+    # decay_epochs count epochs of what pretraining trains on (the corpus, with any mixed pairs)
+    schedule_examples = len(dataset) if args.function == "pretrain" else len(pretrain_dataset)
     probe = None
     if args.function == "pretrain" and args.probe_corpus_path:
         probe = recall_probe(args, model, pretrain_dataset, device, writer)
@@ -290,7 +312,7 @@ def train(args, settings, model, dataset, pretrain_dataset, device, learning_rat
         learning_rate=learning_rate,
         lr_decay=True,
         warmup_tokens=settings["warmup_tokens"],
-        final_tokens=settings["decay_epochs"] * len(pretrain_dataset) * BLOCK_SIZE,
+        final_tokens=settings["decay_epochs"] * schedule_examples * BLOCK_SIZE,
         num_workers=args.num_workers,
         writer=writer,
         device=device,
@@ -386,11 +408,10 @@ def run(args):
         args.num_workers = CUDA_NUM_WORKERS if device.type == "cuda" else 0
     pretrain_dataset = CharCorruptionDataset(read_text(args.pretrain_corpus_path, "pretraining corpus"), BLOCK_SIZE)
     if args.function == "finetune":
-        path = args.finetune_corpus_path
-        try:
-            finetune_dataset = NameDataset(pretrain_dataset, read_text(path, "finetuning corpus"))
-        except ValueError as e:
-            raise UsageError(f"{resolve_data_path(path)}: {e}") from None
+        finetune_dataset = pairs_dataset(pretrain_dataset, args.finetune_corpus_path, "finetuning corpus")
+    train_dataset = pretrain_dataset
+    if args.function == "pretrain" and args.mix_corpus_path:
+        train_dataset = ConcatDataset([pretrain_dataset, pairs_dataset(pretrain_dataset, args.mix_corpus_path, "mixed corpus")])
     settings = training_settings(args)
     args.pretrain_lr, args.finetune_lr = settings["pretrain_lr"], settings["finetune_lr"]
     set_seed(args.seed)
@@ -402,7 +423,7 @@ def run(args):
         torch.manual_seed(args.seed + 1 + dist.get_rank())
 
     if args.function == "pretrain":
-        train(args, settings, model, pretrain_dataset, pretrain_dataset, device, settings["pretrain_lr"],
+        train(args, settings, model, train_dataset, pretrain_dataset, device, settings["pretrain_lr"],
               settings["pretrain_epochs"], settings["pretrain_batch_size"], PRETRAIN_BUCKET_POOL)
     elif args.function == "finetune":
         from_pretrained = bool(args.reading_params_path)
@@ -425,8 +446,9 @@ def main(argv=None):
     missing = [f"--{name}" for name in REQUIRED[args.function] if not getattr(args, name)]
     if missing:
         parser.error(f"{args.function} needs {' and '.join(missing)}")
-    if args.probe_corpus_path and args.function != "pretrain":
-        parser.error("--probe_corpus_path is for pretrain")
+    for flag in ("probe_corpus_path", "mix_corpus_path"):
+        if getattr(args, flag) and args.function != "pretrain":
+            parser.error(f"--{flag} is for pretrain")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         run(args)

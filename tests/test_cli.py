@@ -161,6 +161,8 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
           "--finetune_corpus_path", long_pair], "line 1: question and place are longer than the block size"),
         (["evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path", mixed,
           "--outputs_path", tmp_path / "mixed.predictions"], "line 2: expected 'question' on every line"),
+        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--mix_corpus_path", mixed],
+         f"{mixed}: line 2: expected 'question<TAB>place'"),
         (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--n_head", "3"],
          "must be a multiple of --n_head 3"),
     ]
@@ -199,10 +201,28 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
     reports = [line for line in err.replace("\r", "\n").splitlines() if "birthplaces of" in line]
     assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2"]
     assert all(" of 24 birthplaces of " in r for r in reports)  # every dev person's document names the place
+    assert all(re.search(r"answers \d+ of its 24 questions", r) for r in reports)
     assert params.exists()
     identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
     assert identity["recipe"] == "cpu" and identity["dropout"] == 0.0
     assert identity["learning_rate"] == run.RECIPES["cpu"]["pretrain_lr"]
+
+
+def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys):
+    """--mix_corpus_path trains on the pairs in finetuning's format: the pretrained model already answers them."""
+    params, outputs = tmp_path / "pre.params", tmp_path / "train.predictions"
+    assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 100,
+                "--pretrain_lr", 3e-3, "--dropout", 0, "--mix_corpus_path", tiny_world["train.tsv"], *SMALL) == 0
+    capsys.readouterr()
+    assert main("evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path", params,
+                "--eval_corpus_path", tiny_world["train.tsv"], "--outputs_path", outputs, *SMALL) == 0
+    correct = int(re.match(r"Correct: (\d+) out of 60", capsys.readouterr().out).group(1))
+    assert correct >= 48  # span corruption alone answers none of them
+
+    with pytest.raises(SystemExit) as exit_info:
+        main("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", tmp_path / "ft.params",
+             "--finetune_corpus_path", tiny_world["train.tsv"], "--mix_corpus_path", tiny_world["train.tsv"])
+    assert exit_info.value.code == 2 and "--mix_corpus_path is for pretrain" in capsys.readouterr().err
 
 
 def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
