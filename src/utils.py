@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dataset import MASK_CHAR, corpus_lines
+from dataset import MASK_CHAR, corpus_lines, known_characters
 from model import KVCache
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -233,7 +233,7 @@ def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=25
     return [re.split("[\r\n]", answer.split(MASK_CHAR)[0])[0] for answer in answers]
 
 
-def birthplace_recall(model, documents, pairs, stoi, itos, device):
+def birthplace_recall(model, documents, pairs, stoi, itos, device, prompt=None):
     """
     How much of the pairs' birthplaces the model has memorised from the corpus.
 
@@ -241,6 +241,8 @@ def birthplace_recall(model, documents, pairs, stoi, itos, device):
     document (the corpus line that starts with their name) names the place within
     the first block_size-1 characters, the model continues the document from just
     before the place; it recalls the place if its greedy continuation starts with it.
+    prompt(name, document_before_place) -> text gives the model other text to continue
+    (e.g. the name alone in a fixed sentence) to ask where the memorised fact is keyed.
     Returns (recalled, probed): probed counts the people that could be probed.
     """
     context = model.get_block_size() - 1
@@ -254,7 +256,10 @@ def birthplace_recall(model, documents, pairs, stoi, itos, device):
         document = next((d for d in candidates if d.startswith(name + ".")), "")
         at = document.find(place)
         if 0 < at and at + len(place) <= context and all(c in stoi for c in document[: at + len(place)]):
-            prompts.append(document[:at])
+            text = document[:at] if prompt is None else known_characters(prompt(name, document[:at]), stoi)[0]
+            if not text:
+                raise ValueError(f"the prompt for {name} has no characters of the vocabulary")
+            prompts.append(text)
             places.append(place)
     if not prompts:
         return 0, 0
