@@ -40,6 +40,17 @@ def corpus_lines(text):
     return [line for _, line in numbered_lines(text)]
 
 
+def question_place_pairs(text):
+    """[(line number, question, place)] of the lines "question<TAB>place" of `text`; ValueError names a line that is not."""
+    pairs = []
+    for lineno, line in numbered_lines(text):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(f"line {lineno}: expected 'question<TAB>place', got {len(fields)} field(s)")
+        pairs.append((lineno, *fields))
+    return pairs
+
+
 class CharCorruptionDataset(Dataset):
     """
     Span-corruption examples from the lines of `data`.
@@ -107,11 +118,8 @@ class NameDataset(Dataset):
         self.block_size = pretraining_dataset.block_size
         self.data = []
         self.dropped_characters = 0
-        for lineno, line in numbered_lines(data):
-            fields = line.split("\t")
-            if len(fields) != 2:
-                raise ValueError(f"line {lineno}: expected 'question<TAB>place', got {len(fields)} field(s)")
-            (question, q_dropped), (place, p_dropped) = (known_characters(f, self.stoi) for f in fields)
+        for lineno, question, place in question_place_pairs(data):
+            (question, q_dropped), (place, p_dropped) = (known_characters(f, self.stoi) for f in (question, place))
             if len(question) + len(place) + 2 > self.block_size:
                 raise ValueError(f"line {lineno}: question and place are longer than the block size {self.block_size}")
             self.data.append((question, place))

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
-from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines
+from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines, question_place_pairs
 from model import GPT, GPTConfig
 from trainer import CheckpointError, Trainer, TrainerConfig
 from utils import (atomic_write, birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
@@ -42,7 +42,8 @@ ANSWER_STEPS = 32
 
 # The handout's training settings. The learning rate warms up over warmup_tokens, then
 # follows a cosine down to 10% of its peak over decay_epochs epochs of the pretraining
-# corpus (block_size tokens per document) and stays there, in finetuning too.
+# corpus (block_size tokens per document; with --mix_corpus_path, of corpus and pairs)
+# and stays there, in finetuning too.
 HANDOUT = dict(
     pretrain_epochs=650,
     pretrain_batch_size=128,
@@ -142,10 +143,10 @@ def build_parser():
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     g.add_argument("--num_workers", type=int, choices=range(0, 65), metavar="N", help="DataLoader worker processes (default: 4 with CUDA, else 0)")
-    g.add_argument("--mix_corpus_path", metavar="PATH",
-                   help="pretrain: also train on these question<TAB>place pairs, in finetuning's format, mixed into "
-                        "every epoch (mixed training; README: \"Pretraining on a CPU\")")
-    r = p.add_argument_group("recall probe (pretrain)")
+    r = p.add_argument_group("pretraining experiments (pretrain)")
+    r.add_argument("--mix_corpus_path", metavar="PATH",
+                   help="also train on these question<TAB>place pairs, in finetuning's format, mixed into every epoch "
+                        "(mixed training; README: \"Pretraining on a CPU\")")
     r.add_argument("--probe_corpus_path", metavar="PATH",
                    help="question<TAB>place pairs whose birthplaces the model should come to recall from the corpus: "
                         "every --probe_every epochs, report how many it completes from their biographies "
@@ -180,12 +181,21 @@ def read_text(path, what):
     return text
 
 
-def pairs_dataset(pretrain_dataset, path, what):
-    """The question<TAB>place pairs at `path` as finetuning examples, or a one-line error naming the bad line."""
+def read_pairs(path, what, parse):
+    """parse(text) of the question<TAB>place file at `path`; its ValueError becomes one line naming the file."""
     try:
-        return NameDataset(pretrain_dataset, read_text(path, what))
+        return parse(read_text(path, what))
     except ValueError as e:
         raise UsageError(f"{resolve_data_path(path)}: {e}") from None
+
+
+def pairs_dataset(pretrain_dataset, path, what):
+    """The question<TAB>place pairs at `path` as finetuning examples."""
+    pairs = read_pairs(path, what, lambda text: NameDataset(pretrain_dataset, text))
+    if pairs.dropped_characters and rank_and_world_size()[0] == 0:
+        print(f"dropped {pairs.dropped_characters} character(s) outside the pretraining vocabulary from the {what}",
+              file=sys.stderr)
+    return pairs
 
 
 def training_settings(args):
@@ -270,13 +280,8 @@ def recall_probe(args, model, pretrain_dataset, device, writer):
     epoch_end for pretraining: every --probe_every epochs, report how many probe birthplaces
     the model recalls from their biographies, and how many of the probe questions it answers.
     """
-    text = read_text(args.probe_corpus_path, "probe corpus")
-    pairs = []
-    for lineno, line in numbered_lines(text):
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise UsageError(f"{resolve_data_path(args.probe_corpus_path)} line {lineno}: expected 'question<TAB>place'")
-        pairs.append(fields)
+    pairs = [(question, place) for _, question, place in
+             read_pairs(args.probe_corpus_path, "probe corpus", question_place_pairs)]
     stoi, itos = pretrain_dataset.stoi, pretrain_dataset.itos
     questions = [known_characters(question, stoi)[0] for question, _ in pairs]
 
@@ -331,6 +336,7 @@ def train(args, settings, model, dataset, pretrain_dataset, device, learning_rat
             vocab_size=pretrain_dataset.vocab_size, examples=len(dataset), max_epochs=epochs,
             batch_size=batch_size, learning_rate=learning_rate, full_padding=args.full_padding,
             seed=args.seed, recipe=args.recipe, dropout=settings["dropout"],
+            **({"mix_corpus_path": args.mix_corpus_path} if args.mix_corpus_path else {}),
         ),
     )
     exists = os.path.exists(config.checkpoint_path)
@@ -411,7 +417,8 @@ def run(args):
         finetune_dataset = pairs_dataset(pretrain_dataset, args.finetune_corpus_path, "finetuning corpus")
     train_dataset = pretrain_dataset
     if args.function == "pretrain" and args.mix_corpus_path:
-        train_dataset = ConcatDataset([pretrain_dataset, pairs_dataset(pretrain_dataset, args.mix_corpus_path, "mixed corpus")])
+        mixed_pairs = pairs_dataset(pretrain_dataset, args.mix_corpus_path, "mixed corpus")
+        train_dataset = ConcatDataset([pretrain_dataset, mixed_pairs])
     settings = training_settings(args)
     args.pretrain_lr, args.finetune_lr = settings["pretrain_lr"], settings["finetune_lr"]
     set_seed(args.seed)
@@ -428,12 +435,6 @@ def run(args):
     elif args.function == "finetune":
         from_pretrained = bool(args.reading_params_path)
         epochs = settings["finetune_epochs_from_pretrained" if from_pretrained else "finetune_epochs_from_scratch"]
-        if finetune_dataset.dropped_characters and rank_and_world_size()[0] == 0:
-            print(
-                f"dropped {finetune_dataset.dropped_characters} character(s) outside the pretraining vocabulary"
-                " from the finetuning pairs",
-                file=sys.stderr,
-            )
         train(args, settings, model, finetune_dataset, pretrain_dataset, device, settings["finetune_lr"], epochs,
               settings["finetune_batch_size"], FINETUNE_BUCKET_POOL)
     else:

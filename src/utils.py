@@ -242,7 +242,9 @@ def birthplace_recall(model, documents, pairs, stoi, itos, device, prompt=None):
     the first block_size-1 characters, the model continues the document from just
     before the place; it recalls the place if its greedy continuation starts with it.
     prompt(name, document_before_place) -> text gives the model other text to continue
-    (e.g. the name alone in a fixed sentence) to ask where the memorised fact is keyed.
+    (e.g. the name alone in a fixed sentence) to ask where the memorised fact is keyed;
+    the people probed are the same, the prompt's characters outside the vocabulary are
+    dropped, and a prompt left empty raises ValueError.
     Returns (recalled, probed): probed counts the people that could be probed.
     """
     context = model.get_block_size() - 1

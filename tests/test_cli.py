@@ -13,6 +13,7 @@ import run
 from conftest import ROOT
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
+from trainer import Trainer
 from utils import save_params
 from world import write_world
 
@@ -163,6 +164,8 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
           "--outputs_path", tmp_path / "mixed.predictions"], "line 2: expected 'question' on every line"),
         (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--mix_corpus_path", mixed],
          f"{mixed}: line 2: expected 'question<TAB>place'"),
+        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--probe_corpus_path", mixed],
+         f"{mixed}: line 2: expected 'question<TAB>place'"),
         (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--n_head", "3"],
          "must be a multiple of --n_head 3"),
     ]
@@ -179,6 +182,10 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--max_epochs", "0")
     assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main("finetune", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--finetune_corpus_path", train,
+             "--mix_corpus_path", train)
+    assert exit_info.value.code == 2 and "--mix_corpus_path is for pretrain" in capsys.readouterr().err
 
 
 def test_recipes_fill_in_the_settings_and_flags_win():
@@ -208,21 +215,37 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
     assert identity["learning_rate"] == run.RECIPES["cpu"]["pretrain_lr"]
 
 
-def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys):
+def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, monkeypatch):
     """--mix_corpus_path trains on the pairs in finetuning's format: the pretrained model already answers them."""
-    params, outputs = tmp_path / "pre.params", tmp_path / "train.predictions"
-    assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 100,
-                "--pretrain_lr", 3e-3, "--dropout", 0, "--mix_corpus_path", tiny_world["train.tsv"], *SMALL) == 0
-    capsys.readouterr()
-    assert main("evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path", params,
-                "--eval_corpus_path", tiny_world["train.tsv"], "--outputs_path", outputs, *SMALL) == 0
-    correct = int(re.match(r"Correct: (\d+) out of 60", capsys.readouterr().out).group(1))
-    assert correct >= 48  # span corruption alone answers none of them
+    configs = []
 
-    with pytest.raises(SystemExit) as exit_info:
-        main("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", tmp_path / "ft.params",
-             "--finetune_corpus_path", tiny_world["train.tsv"], "--mix_corpus_path", tiny_world["train.tsv"])
-    assert exit_info.value.code == 2 and "--mix_corpus_path is for pretrain" in capsys.readouterr().err
+    class RecordingTrainer(Trainer):
+        def __init__(self, model, train_dataset, test_dataset, config):
+            configs.append(config)
+            super().__init__(model, train_dataset, test_dataset, config)
+
+    monkeypatch.setattr(run, "Trainer", RecordingTrainer)
+    wiki, train = tiny_world["wiki.txt"], tiny_world["train.tsv"]
+    params, outputs = tmp_path / "pre.params", tmp_path / "train.predictions"
+    assert main("pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 100,
+                "--pretrain_lr", 3e-3, "--dropout", 0, "--mix_corpus_path", train, "--keep_checkpoint",
+                "--probe_corpus_path", train, "--probe_every", 100, *SMALL) == 0
+    probe = capsys.readouterr().err.replace("\r", "\n")
+    probe_answered = int(re.search(r"epoch 100: .* answers (\d+) of its 60 questions", probe).group(1))
+    identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
+    assert identity["examples"] == 84 + 60 and identity["mix_corpus_path"] == train
+    # the cosine decays over decay_epochs epochs of corpus and pairs; without pairs, of the corpus alone
+    assert configs[0].final_tokens == run.HANDOUT["decay_epochs"] * (84 + 60) * run.BLOCK_SIZE
+    assert main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "plain.params", "--max_epochs", 1,
+                *SMALL) == 0
+    assert configs[1].final_tokens == run.HANDOUT["decay_epochs"] * 84 * run.BLOCK_SIZE
+
+    capsys.readouterr()
+    assert main("evaluate", "vanilla", wiki, "--reading_params_path", params,
+                "--eval_corpus_path", train, "--outputs_path", outputs, *SMALL) == 0
+    correct = int(re.match(r"Correct: (\d+) out of 60", capsys.readouterr().out).group(1))
+    assert correct >= 48  # span corruption alone answers none of them (0 of 60 in the same setting)
+    assert probe_answered == correct
 
 
 def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):

@@ -109,6 +109,8 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
     Trainer(model, corpus, None, TrainerConfig(max_epochs=300, batch_size=8, learning_rate=3e-3, device="cpu")).train()
     after = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
     assert before == (0, 6) and after == (6, 6)
+    for prompt in (lambda name, before: before, lambda name, _: f"{name}. {name} was born in "):
+        assert birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu", prompt) == (6, 6)
     names = [name for name, _ in people]
     neighbour = dict(zip(names, names[1:] + names[:1]))  # every prompt names another person, born elsewhere
     swapped = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu",
