@@ -1,15 +1,15 @@
 """
 Measures what the fast paths save, side by side in one run on this machine.
 
-    python src/benchmark.py [--variants vanilla perceiver synthesizer] [--eval_questions 500]
+    python src/benchmark.py [--variants vanilla perceiver synthesizer] [--eval_questions 500] [--group_by_length]
                             [--sweep 128 256 512 1024] [--device auto]
 
 For each variant, with the handout's model and batch sizes, it trains one epoch of
 pretraining and one of finetuning and answers the dev questions, once the
 straightforward way (every row padded to 128 characters, one question at a time
-without a cache) and once the fast way (padding skipped, with length buckets and,
-on the CPU, passes of rows of similar length; questions decoded in batches with a
-KV cache), and prints both figures and their ratio. Both ways use the same model,
+without a cache) and once the fast way (every batch cut after its last real target
+and, on the CPU, passes of rows of similar length; with --group_by_length, pretraining
+batches also grouped by length; questions decoded in batches with a KV cache), and prints both figures and their ratio. Both ways use the same model,
 batch sizes and optimizer (the fused AdamW on CUDA and the CPU). The answers of
 both decoders on the same model are compared and must be identical.
 
@@ -29,7 +29,7 @@ import torch
 
 from dataset import CharCorruptionDataset, NameDataset, corpus_lines
 from model import GPT, GPTConfig
-from run import BLOCK_SIZE, FINETUNE_BUCKET_POOL, HANDOUT, MODEL, PRETRAIN_BUCKET_POOL
+from run import BLOCK_SIZE, HANDOUT, LENGTH_GROUPING_POOL, MODEL
 from trainer import Trainer, TrainerConfig
 from utils import DATA_DIR, pick_device, predict_places, set_seed
 from world import FILES, write_world
@@ -83,13 +83,13 @@ def compare_variant(variant, files, args):
     for fast in (False, True):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
-        seconds, trainer = timed_training(model, pretrain, HANDOUT["pretrain_batch_size"], PRETRAIN_BUCKET_POOL,
-                                          HANDOUT["pretrain_lr"], fast,
-                                          args.device)
+        pool = LENGTH_GROUPING_POOL if args.group_by_length else 1
+        seconds, trainer = timed_training(model, pretrain, HANDOUT["pretrain_batch_size"], pool, HANDOUT["pretrain_lr"],
+                                          fast, args.device)
         results[fast, "step"] = seconds / trainer.step
         results[fast, "tokens"] = trainer.useful_tokens / seconds
         results[fast, "finetune"], trainer = timed_training(model, names, HANDOUT["finetune_batch_size"],
-                                                            FINETUNE_BUCKET_POOL, HANDOUT["finetune_lr"], fast,
+                                                            1, HANDOUT["finetune_lr"], fast,
                                                             args.device)
     answers = {}
     for fast in (False, True):
@@ -175,6 +175,8 @@ def main(argv=None):
     parser.add_argument("--sweep", type=int, nargs="*", default=[128, 256, 512, 1024], help="block sizes to sweep")
     parser.add_argument("--sweep_batch", type=int, default=8, help="batch size of the sweep's steps")
     parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    parser.add_argument("--group_by_length", action="store_true",
+                        help="the fast pretraining also groups examples by length, as run.py --group_by_length does")
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
     args = parser.parse_args(argv)
     args.device = str(pick_device(args.device))

@@ -35,8 +35,7 @@ from utils import (atomic_write, birthplace_recall, evaluate_places, load_params
 
 BLOCK_SIZE = 128
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
-PRETRAIN_BUCKET_POOL = 16  # pretraining batches group examples of similar length
-FINETUNE_BUCKET_POOL = 1  # finetuning examples keep the handout's random batches (cut, not grouped)
+LENGTH_GROUPING_POOL = 16  # with --group_by_length, pretraining batches per pool of examples grouped by length
 CUDA_NUM_WORKERS = 4
 ANSWER_STEPS = 32
 
@@ -160,12 +159,21 @@ def build_parser():
     c.add_argument("--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes")
     s = p.add_argument_group("speed (the defaults are the fast paths; these switch them off or add to them)")
     s.add_argument("--full_padding", action="store_true",
-                   help="train on rows padded to the block size instead of length-bucketed batches cut to their real length")
+                   help="train on rows padded to the block size instead of batches cut after their last real target")
     s.add_argument("--sequential_decoding", action="store_true",
                    help="evaluate one question at a time without a KV cache (same answers, slower)")
-    s.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
-                   help="auto: bf16 autocast on CUDA (fp16 with a gradient scaler without bf16), fp32 elsewhere")
     s.add_argument("--compile", action="store_true", help="torch.compile the model for training")
+    o = p.add_argument_group("departures from the course's optimisation (the defaults reproduce it; see README)")
+    o.add_argument("--decay_groups", choices=["course", "matmul"], default="course",
+                   help="course: weight decay on every parameter but the biases, as the course's trainer has it; "
+                        "matmul: on the Linear weights only (nanoGPT's groups)")
+    o.add_argument("--lr_schedule", choices=["course", "clamped"], default="course",
+                   help="course: the cosine rises again after its 200 epochs; clamped: it stays at 10%%")
+    o.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32",
+                   help="fp32 (default), tf32: TF32 matmuls on CUDA, bf16/fp16: autocast (fp16 with a gradient scaler)")
+    o.add_argument("--group_by_length", action="store_true",
+                   help=f"pretrain: draw batches from pools of {LENGTH_GROUPING_POOL} batches grouped by example length "
+                        "(less padding, but other examples share a step)")
     return p
 
 
@@ -301,7 +309,7 @@ def recall_probe(args, model, pretrain_dataset, device, writer):
     return probe
 
 
-def train(args, settings, model, dataset, pretrain_dataset, device, learning_rate, epochs, batch_size, bucket_pool):
+def train(args, settings, model, dataset, pretrain_dataset, device, learning_rate, epochs, batch_size):
     """Train with the recipe's schedule (or the overrides), keeping a checkpoint; save the params on rank 0."""
     rank, _ = rank_and_world_size()
     epochs, batch_size = args.max_epochs or epochs, args.batch_size or batch_size
@@ -316,13 +324,15 @@ def train(args, settings, model, dataset, pretrain_dataset, device, learning_rat
         batch_size=batch_size,
         learning_rate=learning_rate,
         lr_decay=True,
+        lr_schedule=args.lr_schedule,
+        decay_groups=args.decay_groups,
         warmup_tokens=settings["warmup_tokens"],
         final_tokens=settings["decay_epochs"] * schedule_examples * BLOCK_SIZE,
         num_workers=args.num_workers,
         writer=writer,
         device=device,
         skip_padding=not args.full_padding,
-        bucket_pool=bucket_pool,
+        bucket_pool=LENGTH_GROUPING_POOL if args.group_by_length and args.function == "pretrain" else 1,
         precision=args.precision,
         compile=args.compile,
         checkpoint_path=checkpoint_path(args),
@@ -335,7 +345,8 @@ def train(args, settings, model, dataset, pretrain_dataset, device, learning_rat
             bottleneck_dim=args.bottleneck_dim if args.variant == "perceiver" else None,
             vocab_size=pretrain_dataset.vocab_size, examples=len(dataset), max_epochs=epochs,
             batch_size=batch_size, learning_rate=learning_rate, full_padding=args.full_padding,
-            seed=args.seed, recipe=args.recipe, dropout=settings["dropout"],
+            seed=args.seed, recipe=args.recipe, dropout=settings["dropout"], decay_groups=args.decay_groups,
+            lr_schedule=args.lr_schedule, group_by_length=args.group_by_length, precision=args.precision,
             **({"mix_corpus_path": args.mix_corpus_path} if args.mix_corpus_path else {}),
         ),
     )
@@ -431,12 +442,12 @@ def run(args):
 
     if args.function == "pretrain":
         train(args, settings, model, train_dataset, pretrain_dataset, device, settings["pretrain_lr"],
-              settings["pretrain_epochs"], settings["pretrain_batch_size"], PRETRAIN_BUCKET_POOL)
+              settings["pretrain_epochs"], settings["pretrain_batch_size"])
     elif args.function == "finetune":
         from_pretrained = bool(args.reading_params_path)
         epochs = settings["finetune_epochs_from_pretrained" if from_pretrained else "finetune_epochs_from_scratch"]
         train(args, settings, model, finetune_dataset, pretrain_dataset, device, settings["finetune_lr"], epochs,
-              settings["finetune_batch_size"], FINETUNE_BUCKET_POOL)
+              settings["finetune_batch_size"])
     else:
         evaluate(args, model, pretrain_dataset, device)
 

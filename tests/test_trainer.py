@@ -1,5 +1,6 @@
 """The shared training loop: optimizer groups, the token-counted schedule, logging and learning."""
 
+import itertools
 import math
 
 import pytest
@@ -19,7 +20,7 @@ def test_trainer_config_defaults_and_kwargs():
     assert config.writer is None and config.ckpt_path is None and config.num_workers == 0
 
 
-def test_lr_multiplier_warms_up_then_decays_to_a_tenth():
+def test_lr_multiplier_warms_up_then_follows_the_unclamped_cosine():
     warmup, final = 1000, 11000
     assert lr_multiplier(0, warmup, final) == 0
     assert lr_multiplier(500, warmup, final) == pytest.approx(0.5)
@@ -27,23 +28,96 @@ def test_lr_multiplier_warms_up_then_decays_to_a_tenth():
     assert lr_multiplier(6000, warmup, final) == pytest.approx(0.5)  # cosine midpoint
     assert lr_multiplier(3500, warmup, final) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
     assert lr_multiplier(11000, warmup, final) == pytest.approx(0.1)
-    assert lr_multiplier(25000, warmup, final) == pytest.approx(0.1), "stays at 10% after final_tokens"
+    assert lr_multiplier(16000, warmup, final) == pytest.approx(0.5), "the course's cosine rises again"
+    assert lr_multiplier(21000, warmup, final) == pytest.approx(1.0), "back at the peak at progress 2"
+    assert lr_multiplier(16000, warmup, final, clamped=True) == pytest.approx(0.1), "clamped: stays at 10%"
+
+
+def course_decayed(variant):
+    """The parameters the course's trainer decays, written out: all but the biases."""
+    block = ["ln1.weight", "ln2.weight", "mlp.0.weight", "mlp.2.weight", "attn.value.weight", "attn.proj.weight"]
+    block += ["attn.w1.weight", "attn.w2", "attn.b2"] if variant == "synthesizer" else \
+             ["attn.key.weight", "attn.query.weight"]
+    blocks = ["blocks.0", "blocks.1", "blocks.2"] if variant != "perceiver" else ["down_block", "blocks.0", "up_block"]
+    names = {f"{b}.{n}" for b in blocks for n in block}
+    return names | {"tok_emb.weight", "pos_emb", "ln_f.weight", "head.weight"} | \
+        ({"down_block.C"} if variant == "perceiver" else set())
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
-def test_weight_decay_only_on_matmul_weights(variant):
+def test_weight_decay_groups_follow_the_course_rule(variant):
+    """Every parameter but the biases is decayed: embeddings, LayerNorm gains, C, w2 and b2 included."""
     config = GPTConfig(20, 16, n_layer=3, n_head=2, n_embd=8, perceiver=variant == "perceiver",
                        bottleneck_dim=4, synthesizer=variant == "synthesizer")
     model = GPT(config)
     decay, no_decay = parameter_groups(model, 0.1)
     names = {id(p): n for n, p in model.named_parameters()}
-    decayed = {names[id(p)] for p in decay["params"]}
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert {names[id(p)] for p in decay["params"]} == course_decayed(variant)
+    assert {names[id(p)] for p in no_decay["params"]} == {n for n in names.values() if n.endswith(".bias")}
+    assert TrainerConfig().decay_groups == "course"
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
+def test_matmul_decay_groups_decay_only_linear_weights(variant):
+    config = GPTConfig(20, 16, n_layer=3, n_head=2, n_embd=8, perceiver=variant == "perceiver",
+                       bottleneck_dim=4, synthesizer=variant == "synthesizer")
+    model = GPT(config)
+    decay, no_decay = parameter_groups(model, 0.1, "matmul")
+    names = {id(p): n for n, p in model.named_parameters()}
     linear_weights = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    synth = {n for n in names.values() if n.endswith("attn.w2")}
-    assert decayed == linear_weights | synth
+    assert {names[id(p)] for p in decay["params"]} == linear_weights
     assert {"tok_emb.weight", "pos_emb", "ln_f.weight"} <= {names[id(p)] for p in no_decay["params"]}
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+class ScalarLog:
+    """A TensorBoard-like writer that keeps the scalars it is given."""
+
+    def __init__(self):
+        self.scalars = {}
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.setdefault(tag, []).append(value)
+
+
+def course_learning_rates(batch_rows, tokens_per_row, peak, warmup_tokens, final_tokens):
+    """The course trainer's rate for each step: set after every step from all the tokens seen, pad included."""
+    lr, tokens, rates = peak, 0, []
+    for rows in batch_rows:
+        rates.append(lr)
+        tokens += rows * tokens_per_row
+        if tokens < warmup_tokens:
+            mult = tokens / max(1, warmup_tokens)
+        else:
+            progress = (tokens - warmup_tokens) / max(1, final_tokens - warmup_tokens)
+            mult = max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+        lr = peak * mult
+    return rates
+
+
+@pytest.mark.parametrize("schedule", ["course", "clamped"])
+def test_learning_rate_per_step_matches_the_course_across_two_decays(schedule, tiny_world):
+    """A real run past final_tokens twice: every step's rate is the course's (or, clamped, held at 10%)."""
+    pre = CharCorruptionDataset(open(tiny_world["wiki.txt"], encoding="utf-8").read(), 16)
+    n, batch_size, epochs = len(pre), 32, 9  # 84 documents: batches of 32, 32, 20
+    final_tokens = 3 * n * 15  # the cosine first reaches 10% after 3 epochs, the peak again after 6
+    log = ScalarLog()
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pre.vocab_size, 16, n_layer=1, n_head=1, n_embd=8))
+    config = TrainerConfig(max_epochs=epochs, batch_size=batch_size, learning_rate=6e-3, lr_decay=True,
+                           warmup_tokens=40 * 15, final_tokens=final_tokens, lr_schedule=schedule,
+                           writer=log, device="cpu")
+    Trainer(model, pre, None, config).train()
+    rows = ([batch_size] * (n // batch_size) + [n % batch_size]) * epochs
+    expected = course_learning_rates(rows, 15, 6e-3, 40 * 15, final_tokens)
+    if schedule == "clamped":
+        tokens = [0] + list(itertools.accumulate(r * 15 for r in rows))[:-1]
+        expected = [e if t < final_tokens else 6e-4 for e, t in zip(expected, tokens)]
+    assert log.scalars["train/lr"] == pytest.approx(expected, rel=1e-6)
+    assert expected[0] == 6e-3 and min(expected) == pytest.approx(6e-4)
+    if schedule == "course":
+        assert max(expected[len(expected) // 2 :]) > 5.9e-3, "the course's rate comes back to its peak"
 
 
 @pytest.fixture
@@ -75,12 +149,9 @@ def test_training_lowers_the_loss_and_logs_to_tensorboard(names, tmp_path):
     lrs = [e.value for e in events.Scalars("train/lr")]
     assert len(lrs) == trainer.step
     # the schedule counts tokens, including the short last batch of every epoch
-    tokens, expected = 0, []
-    for step in range(trainer.step):
-        tokens += (16 if (step + 1) % steps_per_epoch else len(ds) - 16 * (steps_per_epoch - 1)) * 63
-        expected.append(3e-3 * lr_multiplier(tokens, config.warmup_tokens, config.final_tokens))
-    assert lrs == pytest.approx(expected, rel=1e-5)
-    assert lrs[-1] == pytest.approx(3e-4)
+    rows = ([16] * (steps_per_epoch - 1) + [len(ds) - 16 * (steps_per_epoch - 1)]) * 6
+    assert lrs == pytest.approx(course_learning_rates(rows, 63, 3e-3, config.warmup_tokens, config.final_tokens),
+                                rel=1e-5)
 
     saved = torch.load(tmp_path / "ckpt.params", weights_only=True)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
