@@ -5,8 +5,8 @@
 #   predictions for each; then a table of dev accuracies.
 #
 #   ./run.sh                      the handout's settings with a CUDA GPU (budgeted at two GPU-hours per pretraining);
-#                                 without one, the cpu recipe (under an hour per pretraining on 2 cores,
-#                                 short of the handout's accuracy: README, "Pretraining on a CPU")
+#                                 without one, the cpu recipe (90 epochs at batch 32: README,
+#                                 "Pretraining on a CPU")
 #   ./run.sh --max_epochs 1 ...   any run.py overrides, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)
 #

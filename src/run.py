@@ -40,9 +40,10 @@ CUDA_NUM_WORKERS = 4
 ANSWER_STEPS = 32
 
 # The handout's training settings. The learning rate warms up over warmup_tokens, then
-# follows a cosine down to 10% of its peak over decay_epochs epochs of the pretraining
-# corpus (block_size tokens per document; with --mix_corpus_path, of corpus and pairs)
-# and stays there, in finetuning too.
+# follows the course's cosine (floored at 10% of its peak, rising again after its half
+# period; trainer.py) whose half period is decay_epochs epochs of the pretraining corpus
+# (block_size tokens per document; with --mix_corpus_path, of corpus and pairs), in
+# finetuning too.
 HANDOUT = dict(
     pretrain_epochs=650,
     pretrain_batch_size=128,
@@ -59,7 +60,7 @@ HANDOUT = dict(
 # Flags given on the command line (--pretrain_lr, --max_epochs, --batch_size, --dropout, ...) win over both.
 RECIPES = {
     "handout": HANDOUT,
-    # Under an hour of pretraining on a 2-core CPU; short of the handout's accuracy (README: "Pretraining on a CPU").
+    # A short CPU schedule, chosen with the earlier optimisation (README: "Pretraining on a CPU").
     "cpu": dict(HANDOUT, pretrain_epochs=90, pretrain_batch_size=32, pretrain_lr=1e-3, dropout=0.0,
                 warmup_tokens=127 * 2937, decay_epochs=90),
 }
@@ -129,8 +130,8 @@ def build_parser():
     p.add_argument("--pretrain_lr", type=positive_float, help="peak pretraining learning rate (default 6e-3)")
     p.add_argument("--finetune_lr", type=positive_float, help="peak finetuning learning rate (default 6e-4)")
     p.add_argument("--recipe", choices=sorted(RECIPES), default="handout",
-                   help="training settings: the handout's (default), or cpu: under an hour of pretraining on a 2-core CPU, "
-                        "short of the handout's accuracy (see README)")
+                   help="training settings: the handout's (default), or cpu: a short schedule for a CPU (90 epochs, "
+                        "batch 32; see README)")
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
     g = p.add_argument_group("overrides for quick runs and experiments (defaults: the handout's)")
     g.add_argument("--max_epochs", type=positive_int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)")

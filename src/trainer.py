@@ -71,9 +71,9 @@ class TrainerConfig:
     weight_decay = 0.1
     decay_groups = "course"  # "course": all but biases (by name, see above); "matmul": Linear weights only
     lr_decay = False  # linear warmup, then the cosine (see lr_schedule)
-    lr_schedule = "course"  # "course": the cosine rises again after final_tokens; "clamped": it stays at 10%
+    lr_schedule = "course"  # "course": the cosine rises again after final_tokens; "clamped": it stays on the floor
     warmup_tokens = 375e6
-    final_tokens = 260e9  # tokens at which the cosine first reaches 10%
+    final_tokens = 260e9  # the cosine's half period in tokens (its bottom, below the 10% floor)
     num_workers = 0
     writer = None  # a torch.utils.tensorboard.SummaryWriter, or None
     ckpt_path = None  # where to save the model's state_dict after every epoch, or None
