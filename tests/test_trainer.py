@@ -56,6 +56,8 @@ def test_weight_decay_groups_follow_the_course_rule(variant):
     assert {names[id(p)] for p in decay["params"]} == course_decayed(variant)
     assert {names[id(p)] for p in no_decay["params"]} == {n for n in names.values() if n.endswith(".bias")}
     assert TrainerConfig().decay_groups == "course"
+    with pytest.raises(ValueError, match="decay_groups"):
+        Trainer(model, None, None, TrainerConfig(decay_groups="nanogpt", device="cpu"))
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
