@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines, question_place_pairs
 from model import GPT, GPTConfig
-from trainer import CheckpointError, Trainer, TrainerConfig
+from trainer import DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig
 from utils import (atomic_write, birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
                    rank_and_world_size, read_state_dict, resolve_data_path, save_params, set_seed, short_reason)
 
@@ -165,12 +165,12 @@ def build_parser():
                    help="evaluate one question at a time without a KV cache (same answers, slower)")
     s.add_argument("--compile", action="store_true", help="torch.compile the model for training")
     o = p.add_argument_group("departures from the course's optimisation (the defaults reproduce it; see README)")
-    o.add_argument("--decay_groups", choices=["course", "matmul"], default="course",
+    o.add_argument("--decay_groups", choices=DECAY_GROUPS, default="course",
                    help="course: weight decay on every parameter but the biases, as the course's trainer has it; "
                         "matmul: on the Linear weights only (nanoGPT's groups)")
-    o.add_argument("--lr_schedule", choices=["course", "clamped"], default="course",
+    o.add_argument("--lr_schedule", choices=LR_SCHEDULES, default="course",
                    help="course: the cosine rises again after its 200 epochs; clamped: it stays at 10%%")
-    o.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32",
+    o.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 (default), tf32: TF32 matmuls on CUDA, bf16/fp16: autocast (fp16 with a gradient scaler)")
     o.add_argument("--group_by_length", action="store_true",
                    help=f"pretrain: draw batches from pools of {LENGTH_GROUPING_POOL} batches grouped by example length "

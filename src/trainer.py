@@ -98,6 +98,9 @@ class TrainerConfig:
             setattr(self, k, v)
 
 
+DECAY_GROUPS = ("course", "matmul")
+LR_SCHEDULES = ("course", "clamped")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COURSE_NO_DECAY = ("bias", "LayerNorm.weight")  # the course's AdamW rule: names containing these are not decayed
 LR_FLOOR = 0.1  # the cosine never takes the rate below 10% of its peak
 
@@ -178,8 +181,7 @@ class Trainer:
         self.step = 0  # optimizer steps taken
         self.useful_tokens = 0  # targets of the global batches trained on that are not the pad
         self.rank, self.world_size = rank_and_world_size()
-        for name, allowed in [("decay_groups", ("course", "matmul")), ("lr_schedule", ("course", "clamped")),
-                              ("precision", ("fp32", "tf32", "bf16", "fp16"))]:
+        for name, allowed in [("decay_groups", DECAY_GROUPS), ("lr_schedule", LR_SCHEDULES), ("precision", PRECISIONS)]:
             if getattr(config, name) not in allowed:
                 raise ValueError(f"TrainerConfig.{name} must be one of {allowed}, got {getattr(config, name)!r}")
 
