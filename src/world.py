@@ -2,6 +2,7 @@
 A synthetic "demo world": the assignment's four data files for fictional people.
 
     python src/world.py FOLDER [--n_train N] [--n_dev N] [--n_test N] [--n_places N] [--seed S]
+                               [--bios_per_person K] [--shuffle_sentences] [--full_names]
 
 writes, in the assignment's formats,
 - wiki.txt: one short biography per person ("Full Name. Full Name was ..."), which
@@ -15,6 +16,13 @@ so the dev and test birthplaces are found only in the pretraining corpus: the
 experiment's claim (facts read in pretraining become answerable after finetuning on
 other people) can be shown end to end, on a CPU, without the assignment's data.
 
+Knowledge augmentation (Allen-Zhu and Li, "Physics of Language Models, Part 3.1"
+finds that it decides whether memorised facts can be extracted for held-out people):
+--bios_per_person K writes K biographies of each person, each from another template
+but with the same facts; --shuffle_sentences puts each biography's sentences in a
+random order after the name; --full_names repeats the full name wherever a template
+has the last name alone. The defaults write one fixed-order biography per person.
+
 Names and places are built from syllables (they are nobody and nowhere), birthplaces
 follow a Zipf-like law (the most frequent one is a weak baseline, as London is for the
 real data), and the same sizes and seed always give byte-identical files.
@@ -24,6 +32,7 @@ import argparse
 import itertools
 import os
 import random
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -95,8 +104,10 @@ def person_name(index, middle=None):
     return " ".join(words)
 
 
-def check_sizes(n_train, n_dev, n_test, n_places):
+def check_sizes(n_train, n_dev, n_test, n_places, bios_per_person=1):
     """Raise ValueError, in one line, unless the sizes make a world."""
+    if not 1 <= bios_per_person <= len(TEMPLATES):
+        raise ValueError(f"bios_per_person must be between 1 and {len(TEMPLATES)} (one template each), got {bios_per_person}")
     for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
         if n < 1:
             raise ValueError(f"{name} must be at least 1, got {n}")
@@ -109,15 +120,26 @@ def check_sizes(n_train, n_dev, n_test, n_places):
         raise ValueError(f"{n_people} people is more than the {NAME_CAPACITY} distinct names")
 
 
-def biography(rng, template, name, last, place, other):
-    """One line of wiki.txt."""
+def life(rng):
+    """A person's facts besides names and places: {a_job, born, died (None if alive)}."""
     job = rng.choice(OCCUPATIONS)
     born = rng.randint(FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR)
-    text = template
+    died = None
     if born + MIN_LIFESPAN <= PRESENT_YEAR and rng.random() < DEATH_RATE:
-        text += DEATH.format(last=last, died=rng.randint(born + MIN_LIFESPAN, min(born + MAX_LIFESPAN, PRESENT_YEAR)))
-    a_job = ("an " if job[0] in VOWELS else "a ") + job
-    return f"{name}. " + text.format(name=name, last=last, place=place, other=other, born=born, a_job=a_job)
+        died = rng.randint(born + MIN_LIFESPAN, min(born + MAX_LIFESPAN, PRESENT_YEAR))
+    return {"a_job": ("an " if job[0] in VOWELS else "a ") + job, "born": born, "died": died}
+
+
+SENTENCE_BREAK = re.compile(r'(?<=[.?"]) (?=[A-Z])')  # names and places hold no "." or "?"
+
+
+def biography(template, facts, rng=None):
+    """One line of wiki.txt: "{name}. " and the template filled with facts; with rng, its sentences shuffled."""
+    text = template + (DEATH if facts["died"] is not None else "")
+    sentences = SENTENCE_BREAK.split(text.format(**facts))
+    if rng is not None:
+        rng.shuffle(sentences)
+    return f"{facts['name']}. " + " ".join(sentences)
 
 
 def lines(rows):
@@ -125,9 +147,10 @@ def lines(rows):
     return "".join(row + "\n" for row in rows)
 
 
-def build_world(n_train=600, n_dev=200, n_test=200, n_places=300, seed=0):
-    """The four files of a world, as {file name: contents}."""
-    check_sizes(n_train, n_dev, n_test, n_places)
+def build_world(n_train=600, n_dev=200, n_test=200, n_places=300, seed=0, bios_per_person=1,
+                shuffle_sentences=False, full_names=False):
+    """The four files of a world, as {file name: contents} (the options: see the module's docstring)."""
+    check_sizes(n_train, n_dev, n_test, n_places, bios_per_person)
     rng = random.Random(seed)
     places = [place_name(i) for i in rng.sample(range(PLACE_CAPACITY), n_places)]  # in rank order
     cum_weights = list(itertools.accumulate(1 / (rank + 1) ** ZIPF_EXPONENT for rank in range(n_places)))
@@ -135,6 +158,7 @@ def build_world(n_train=600, n_dev=200, n_test=200, n_places=300, seed=0):
     def draw_place():
         return rng.choices(places, cum_weights=cum_weights)[0]
 
+    sentence_rng = random.Random(f"{seed} sentences")  # its own, so the options never change who is in the world
     people, bios = [], []
     for i, index in enumerate(rng.sample(range(NAME_CAPACITY), n_train + n_dev + n_test)):
         middle = rng.randrange(FIRST_NAMES) if rng.random() < MIDDLE_NAME_RATE else None
@@ -143,7 +167,9 @@ def build_world(n_train=600, n_dev=200, n_test=200, n_places=300, seed=0):
         while other == place:
             other = draw_place()
         people.append((name, place))
-        bios.append(biography(rng, TEMPLATES[i % len(TEMPLATES)], name, name.rsplit(" ", 1)[1], place, other))
+        facts = dict(life(rng), name=name, last=name if full_names else name.rsplit(" ", 1)[1], place=place, other=other)
+        for j in range(bios_per_person):
+            bios.append(biography(TEMPLATES[(i + j) % len(TEMPLATES)], facts, sentence_rng if shuffle_sentences else None))
     rng.shuffle(bios)
 
     pairs = [f"Where was {name} born?\t{place}" for name, place in people]
@@ -183,13 +209,19 @@ def main(argv=None):
     parser.add_argument("--n_test", type=int, default=200, help="people in birth_test_inputs.tsv (default 200)")
     parser.add_argument("--n_places", type=int, default=300, help="distinct places (default 300)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bios_per_person", type=int, default=1,
+                        help=f"biographies of each person, each from another template (1 to {len(TEMPLATES)}; default 1)")
+    parser.add_argument("--shuffle_sentences", action="store_true", help="shuffle each biography's sentences")
+    parser.add_argument("--full_names", action="store_true", help="the full name wherever a template has the last name")
     args = parser.parse_args(argv)
-    sizes = dict(n_train=args.n_train, n_dev=args.n_dev, n_test=args.n_test, n_places=args.n_places)
+    sizes = dict(n_train=args.n_train, n_dev=args.n_dev, n_test=args.n_test, n_places=args.n_places,
+                 bios_per_person=args.bios_per_person)
     try:
         check_sizes(**sizes)
     except ValueError as e:
         parser.error(str(e))
-    for name, path in write_world(args.folder, seed=args.seed, **sizes).items():
+    options = dict(shuffle_sentences=args.shuffle_sentences, full_names=args.full_names)
+    for name, path in write_world(args.folder, seed=args.seed, **sizes, **options).items():
         with open(path, encoding="utf-8") as f:
             print(f"{path}: {sum(1 for _ in f)} lines")
     return 0

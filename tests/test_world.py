@@ -106,6 +106,38 @@ def test_birthplace_stated_early_and_second_place_after_it(people):
         assert bio.index(place) + len(place) <= 100, bio
 
 
+def test_augmented_biographies_repeat_the_same_facts():
+    """K biographies per person, from K templates, with the same birthplace, birth year and full name."""
+    plain = world.build_world(n_train=40, n_dev=10, n_test=10, n_places=20, seed=3)
+    augmented = world.build_world(n_train=40, n_dev=10, n_test=10, n_places=20, seed=3, bios_per_person=3,
+                                  shuffle_sentences=True, full_names=True)
+    assert all(augmented[f] == plain[f] for f in world.FILES[1:]), "the same people, places and splits"
+    bios = collections.defaultdict(list)
+    for line in augmented["wiki.txt"].splitlines():
+        bios[line.split(". ", 1)[0]].append(line)
+    places = {**pairs(plain["birth_places_train.tsv"]), **pairs(plain["birth_dev.tsv"])}
+    assert len(bios) == 60 and all(len(lines) == 3 and len(set(lines)) == 3 for lines in bios.values())
+    for name, place in places.items():
+        years = [set(re.findall(r"\b1[89]\d\d\b", bio)) for bio in bios[name]]
+        assert all(place in bio for bio in bios[name]) and years[0] == years[1] == years[2], bios[name]
+        last = name.rsplit(" ", 1)[1]
+        assert all(bio.count(last) == bio.count(name) for bio in bios[name]), "full names only"
+
+
+def test_sentences_are_shuffled_whole():
+    """Shuffling reorders each biography's sentences and changes nothing else."""
+    kwargs = dict(n_train=30, n_dev=5, n_test=5, n_places=10, seed=1, bios_per_person=2)
+    plain = world.build_world(**kwargs)["wiki.txt"].splitlines()
+    shuffled = world.build_world(shuffle_sentences=True, **kwargs)["wiki.txt"].splitlines()
+
+    def sentences(line):
+        name, body = line.split(". ", 1)
+        return name, sorted(world.SENTENCE_BREAK.split(body))
+
+    assert [sentences(line) for line in shuffled] == [sentences(line) for line in plain]
+    assert sum(a != b for a, b in zip(plain, shuffled)) > 20
+
+
 def test_birthplaces_are_skewed(people):
     train, dev, _, _ = people
     share = collections.Counter(dev.values()).most_common(1)[0][1] / len(dev)
@@ -145,7 +177,8 @@ def test_write_world(tmp_path):
 
 
 @pytest.mark.parametrize("sizes", [dict(n_train=0), dict(n_dev=-1), dict(n_places=0), dict(n_places=1),
-                                   dict(n_places=world.PLACE_CAPACITY + 1), dict(n_train=world.NAME_CAPACITY)])
+                                   dict(n_places=world.PLACE_CAPACITY + 1), dict(n_train=world.NAME_CAPACITY),
+                                   dict(bios_per_person=0), dict(bios_per_person=len(world.TEMPLATES) + 1)])
 def test_bad_sizes_raise(sizes):
     with pytest.raises(ValueError):
         world.build_world(**sizes)
@@ -159,8 +192,17 @@ def test_cli_writes_the_files(tmp_path):
     assert all((tmp_path / "w" / name).read_text(encoding="utf-8") == expected[name] for name in world.FILES)
 
 
+def test_cli_passes_the_augmentation_options(tmp_path):
+    code, out, err = run_world(tmp_path / "w", "--n_train", 20, "--n_dev", 5, "--n_test", 5, "--n_places", 10,
+                               "--bios_per_person", 2, "--shuffle_sentences", "--full_names")
+    assert code == 0, err
+    expected = world.build_world(n_train=20, n_dev=5, n_test=5, n_places=10, bios_per_person=2,
+                                 shuffle_sentences=True, full_names=True)
+    assert all((tmp_path / "w" / name).read_text(encoding="utf-8") == expected[name] for name in world.FILES)
+
+
 @pytest.mark.parametrize("args", [["--n_train", "-1"], ["--n_places", "0"], ["--n_test", "x"],
-                                  ["--n_train", str(world.NAME_CAPACITY)]])
+                                  ["--n_train", str(world.NAME_CAPACITY)], ["--bios_per_person", "0"]])
 def test_cli_rejects_bad_sizes(tmp_path, args):
     code, out, err = run_world(tmp_path / "w", *args)
     assert code == 2 and "error:" in err and not out
