@@ -10,7 +10,7 @@ import collections
 import sys
 
 from dataset import corpus_lines
-from utils import evaluate_places, resolve_data_path
+from utils import evaluate_places, resolve_data_path, score_line
 
 
 def most_frequent_place(path):
@@ -41,7 +41,7 @@ def main(argv=None):
     if total == 0:
         print(f"{path} has no answers to score")
     else:
-        print(f"Correct: {correct} out of {total}: {correct / total * 100}%")
+        print(score_line(total, correct))
     return 0
 
 

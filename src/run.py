@@ -31,7 +31,7 @@ from dataset import CharCorruptionDataset, NameDataset, known_characters, number
 from model import GPT, GPTConfig
 from trainer import DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig
 from utils import (atomic_write, birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
-                   rank_and_world_size, read_state_dict, resolve_data_path, save_params, set_seed, short_reason)
+                   rank_and_world_size, read_state_dict, resolve_data_path, save_params, score_line, set_seed, short_reason)
 
 BLOCK_SIZE = 128
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
@@ -396,7 +396,7 @@ def evaluate(args, model, pretrain_dataset, device):
     atomic_write(args.outputs_path, lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")))
     total, correct = evaluate_places(resolve_data_path(args.eval_corpus_path), predictions)
     if total > 0:
-        print(f"Correct: {correct} out of {total}: {correct / total * 100}%")
+        print(score_line(total, correct))
     else:
         print(f"Predictions written to {args.outputs_path}; no targets provided!")
 

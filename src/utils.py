@@ -91,6 +91,11 @@ def evaluate_places(filepath, predicted_places):
     return len(rows), correct
 
 
+def score_line(total, correct):
+    """The course's score line, the percentage rounded to two decimals (3.6%, not 3.5999999999999996%)."""
+    return f"Correct: {correct} out of {total}: {round(correct / total * 100, 2)}%"
+
+
 def resolve_data_path(path):
     """A bare data file name that is not in the current directory is looked up in the repository's data/."""
     if path is not None and not os.path.exists(path) and os.path.dirname(path) == "":
@@ -100,12 +105,23 @@ def resolve_data_path(path):
     return path
 
 
+def new_file_mode():
+    """The mode open() gives a new file under the process's umask (0o644 under the common 0o022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write(path, write):
-    """Call write(file object) on a temporary file beside `path`, then rename it to `path`."""
+    """
+    Call write(file object) on a temporary file beside `path`, then rename it to `path`;
+    the file gets the mode of a newly created one (mkstemp's 0o600 would hide it from others).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, new_file_mode())
         with os.fdopen(fd, "wb") as f:
             write(f)
         os.replace(tmp, path)

@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -56,6 +57,10 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
                 "--eval_corpus_path", tiny_world["test.tsv"], "--outputs_path", outputs, *SMALL) == 0
     assert "no targets provided" in capsys.readouterr().out
     assert len(outputs.read_text(encoding="utf-8").splitlines()) == 24
+
+    (tmp_path / "opened").write_text("")  # params and predictions get the mode of any new file (0644 under umask 022)
+    modes = {stat.S_IMODE(path.stat().st_mode) for path in [pretrained, finetuned, outputs, tmp_path / "opened"]}
+    assert len(modes) == 1
 
 
 def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):
@@ -126,13 +131,13 @@ def test_most_frequent_place_baseline(tiny_world, tmp_path):
     train = tmp_path / "train.tsv"
     train.write_text("Where was A born?\tLima\nWhere was B born?\tOslo\nWhere was C born?\tOslo\n", encoding="utf-8")
     dev = tmp_path / "dev.tsv"
-    dev.write_text("Where was D born?\tOslo\nWhere was E born?\tParis\n", encoding="utf-8")
+    dev.write_text("Where was D born?\tOslo\nWhere was E born?\tParis\nWhere was F born?\tLima\n", encoding="utf-8")
     script = str(ROOT / "src" / "london_baseline.py")
     done = subprocess.run([sys.executable, script, str(dev), "--most_frequent_in", str(train)],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "Correct: 1 out of 2: 50.0%"
+    assert done.returncode == 0 and done.stdout.strip() == "Correct: 1 out of 3: 33.33%"
     done = subprocess.run([sys.executable, script, str(dev)], capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "Correct: 0 out of 2: 0.0%"
+    assert done.stdout.strip() == "Correct: 0 out of 3: 0.0%"
     done = subprocess.run([sys.executable, script, str(tmp_path / "none.tsv")], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and "none.tsv" in done.stderr and "Traceback" not in done.stderr

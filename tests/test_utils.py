@@ -1,6 +1,8 @@
 """sample, evaluate_places, the recall probe, set_seed and the file helpers."""
 
+import os
 import random
+import stat
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ import utils
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig
-from utils import birthplace_recall, evaluate_places, sample, set_seed
+from utils import birthplace_recall, evaluate_places, sample, score_line, set_seed
 
 
 def tiny_model(synthesizer=False):
@@ -80,6 +82,18 @@ def test_bare_data_names_resolve_to_the_data_folder(tmp_path, monkeypatch):
     assert utils.resolve_data_path("wiki.txt") == "wiki.txt", "the current directory wins"
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_write_gives_the_mode_of_a_new_file(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        utils.atomic_write(tmp_path / "written", lambda f: f.write(b"x"))
+        (tmp_path / "opened").write_bytes(b"x")
+    finally:
+        os.umask(old)
+    modes = [stat.S_IMODE((tmp_path / name).stat().st_mode) for name in ["written", "opened"]]
+    assert modes == [0o666 & ~umask] * 2
+
+
 def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path):
     target = tmp_path / "out" / "file.txt"
     utils.atomic_write(target, lambda f: f.write(b"old"))
@@ -116,3 +130,9 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
     swapped = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu",
                                 prompt=lambda name, _: f"{neighbour[name]}. {neighbour[name]} was born in ")
     assert swapped == (0, 6)
+
+
+def test_score_line_keeps_the_course_format_with_a_readable_percentage():
+    assert score_line(500, 18) == "Correct: 18 out of 500: 3.6%"  # 18 / 500 * 100 is 3.5999999999999996
+    assert score_line(500, 25) == "Correct: 25 out of 500: 5.0%"
+    assert score_line(3, 1) == "Correct: 1 out of 3: 33.33%"
