@@ -19,6 +19,7 @@ Mistakes in the input are reported in one line with exit code 2.
 
 import argparse
 import logging
+import math
 import os
 import sys
 
@@ -92,8 +93,8 @@ def positive_int(text):
 
 def positive_float(text):
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
     return value
 
 
@@ -114,6 +115,21 @@ def check_writable(path, what):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK):
         raise UsageError(f"{what} {path} cannot be written: {existing} is not a writable folder")
+
+
+INPUTS = ("pretrain_corpus_path", "reading_params_path", "finetune_corpus_path", "eval_corpus_path",
+          "probe_corpus_path", "mix_corpus_path")
+OUTPUTS = ("writing_params_path", "outputs_path")
+
+
+def check_outputs_spare_inputs(args):
+    """An output never replaces an input (say, --outputs_path given the --eval_corpus_path)."""
+    inputs = {os.path.realpath(resolve_data_path(getattr(args, name))): name for name in INPUTS if getattr(args, name)}
+    for name in OUTPUTS:
+        path = getattr(args, name)
+        if path and os.path.realpath(path) in inputs:
+            raise UsageError(f"--{name} {path} is also the --{inputs[os.path.realpath(path)]}: "
+                             "an output never replaces an input")
 
 
 def build_parser():
@@ -221,6 +237,9 @@ def build_model(args, vocab_size, dropout):
         raise UsageError(f"--n_embd {args.n_embd} must be a multiple of --n_head {args.n_head}")
     if args.variant == "perceiver" and args.n_layer < 2:
         raise UsageError("the perceiver needs --n_layer 2 or more (a down- and an up-projection block)")
+    if args.variant == "perceiver" and args.bottleneck_dim > BLOCK_SIZE:
+        raise UsageError(f"--bottleneck_dim {args.bottleneck_dim} is more than the block size {BLOCK_SIZE}: "
+                         "the perceiver's latents cannot outnumber the positions")
     config = GPTConfig(
         vocab_size,
         BLOCK_SIZE,
@@ -415,7 +434,8 @@ def start_distributed(device):
 
 
 def run(args):
-    for name in ("writing_params_path", "outputs_path"):
+    check_outputs_spare_inputs(args)
+    for name in OUTPUTS:
         if getattr(args, name):
             check_writable(getattr(args, name), "--" + name)
     try:

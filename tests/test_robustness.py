@@ -254,17 +254,36 @@ def test_bad_evaluation_lines_name_the_file_and_line(params_files, tiny_world, t
     assert not outputs.exists()
 
 
+def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, capsys):
+    dev = tmp_path / "dev.tsv"
+    dev.write_text(open(tiny_world["dev.tsv"], encoding="utf-8").read(), encoding="utf-8")
+    before = dev.read_bytes()
+    (tmp_path / "sub").mkdir()
+    for outputs in [dev, tmp_path / "sub" / ".." / "dev.tsv"]:
+        err = one_line_error(capsys, "evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path",
+                             params_files["vanilla"], "--eval_corpus_path", dev, "--outputs_path", outputs, *SMALL)
+        assert "is also the --eval_corpus_path" in err
+    assert dev.read_bytes() == before
+
+
 @pytest.mark.parametrize("args, message", [
     (["pretrain", "vanilla", "WIKI"], "pretrain needs --writing_params_path"),
     (["finetune", "vanilla", "WIKI", "--writing_params_path", "x.params"], "--finetune_corpus_path"),
     (["evaluate", "vanilla", "WIKI", "--reading_params_path", "x"], "--eval_corpus_path and --outputs_path"),
     (["pretrain", "transformer", "WIKI", "--writing_params_path", "x"], "invalid choice: 'transformer'"),
     (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--checkpoint_minutes", "0"],
-     "must be a positive number"),
+     "must be a positive finite number, got 0"),
     (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--dropout", "1"], "must be at least 0 and below 1"),
     (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
     (["finetune", "vanilla", "WIKI", "--writing_params_path", "x", "--finetune_corpus_path", "WIKI",
       "--probe_corpus_path", "WIKI"], "--probe_corpus_path is for pretrain"),
+    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "inf"],
+     "must be a positive finite number, got inf"),
+    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "nan"],
+     "must be a positive finite number, got nan"),
+    (["pretrain", "perceiver", "WIKI", "--writing_params_path", "x", "--bottleneck_dim", "256"],
+     "--bottleneck_dim 256 is more than the block size 128"),
+    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
 ])
 def test_command_line_mistakes_are_one_line(args, message, tiny_world):
     code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
