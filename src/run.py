@@ -29,9 +29,10 @@ from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines, question_place_pairs
+from files import atomic_write
 from model import GPT, GPTConfig
 from trainer import DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig
-from utils import (atomic_write, birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
+from utils import (birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
                    rank_and_world_size, read_state_dict, resolve_data_path, save_params, score_line, set_seed, short_reason)
 
 BLOCK_SIZE = 128

@@ -54,7 +54,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from utils import atomic_write, pick_device, rank_and_world_size, save_params, short_reason
+from files import atomic_write
+from utils import pick_device, rank_and_world_size, save_params, short_reason
 
 logger = logging.getLogger(__name__)
 

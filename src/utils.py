@@ -3,7 +3,6 @@
 import os
 import random
 import re
-import tempfile
 from pathlib import Path
 
 import torch
@@ -11,6 +10,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from dataset import MASK_CHAR, corpus_lines, known_characters
+from files import atomic_write
 from model import KVCache
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -103,31 +103,6 @@ def resolve_data_path(path):
         if candidate.exists():
             return str(candidate)
     return path
-
-
-def new_file_mode():
-    """The mode open() gives a new file under the process's umask (0o644 under the common 0o022)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def atomic_write(path, write):
-    """
-    Call write(file object) on a temporary file beside `path`, then rename it to `path`;
-    the file gets the mode of a newly created one (mkstemp's 0o600 would hide it from others).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, new_file_mode())
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def save_params(model, path):

@@ -5,7 +5,7 @@ A synthetic "demo world": the assignment's four data files for fictional people.
                                [--bios_per_person K] [--shuffle_sentences] [--full_names]
 
 writes, in the assignment's formats,
-- wiki.txt: one short biography per person ("Full Name. Full Name was ..."), which
+- wiki.txt: a short biography of each person (or several, see below) ("Full Name. Full Name was ..."), which
   states the birthplace within its first 100 characters (pretraining examples are
   cut to at most 112) and, after it, a second place where the person lived or worked;
 - birth_places_train.tsv, birth_dev.tsv: "Where was FULL NAME born?<TAB>PLACE";
@@ -30,12 +30,12 @@ real data), and the same sizes and seed always give byte-identical files.
 
 import argparse
 import itertools
-import os
 import random
 import re
 import sys
-import tempfile
 from pathlib import Path
+
+from files import atomic_write
 
 FILES = ("wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv")
 
@@ -185,19 +185,9 @@ def build_world(n_train=600, n_dev=200, n_test=200, n_places=300, seed=0, bios_p
 def write_world(folder, **kwargs):
     """Build a world (build_world's arguments) and write its files into folder; {file name: path}."""
     world = build_world(**kwargs)
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {}
+    paths = {name: str(Path(folder) / name) for name in world}
     for name, text in world.items():
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(text.encode("utf-8"))
-            os.replace(tmp, folder / name)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        paths[name] = str(folder / name)
+        atomic_write(paths[name], lambda f: f.write(text.encode("utf-8")))
     return paths
 
 

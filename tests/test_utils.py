@@ -7,6 +7,7 @@ import stat
 import pytest
 import torch
 
+import files
 import utils
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
@@ -86,7 +87,7 @@ def test_bare_data_names_resolve_to_the_data_folder(tmp_path, monkeypatch):
 def test_atomic_write_gives_the_mode_of_a_new_file(tmp_path, umask):
     old = os.umask(umask)
     try:
-        utils.atomic_write(tmp_path / "written", lambda f: f.write(b"x"))
+        files.atomic_write(tmp_path / "written", lambda f: f.write(b"x"))
         (tmp_path / "opened").write_bytes(b"x")
     finally:
         os.umask(old)
@@ -96,14 +97,14 @@ def test_atomic_write_gives_the_mode_of_a_new_file(tmp_path, umask):
 
 def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path):
     target = tmp_path / "out" / "file.txt"
-    utils.atomic_write(target, lambda f: f.write(b"old"))
+    files.atomic_write(target, lambda f: f.write(b"old"))
 
     def fail(f):
         f.write(b"half")
         raise RuntimeError("crash")
 
     with pytest.raises(RuntimeError):
-        utils.atomic_write(target, fail)
+        files.atomic_write(target, fail)
     assert target.read_bytes() == b"old"
     assert [p.name for p in target.parent.iterdir()] == ["file.txt"]
 

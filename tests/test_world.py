@@ -1,7 +1,9 @@
 """The synthetic demo world: its files, splits, biographies and command line."""
 
 import collections
+import os
 import re
+import stat
 import subprocess
 import sys
 
@@ -174,6 +176,9 @@ def test_write_world(tmp_path):
         with open(path, "rb") as f:
             assert f.read() == expected[name].encode("utf-8")
     assert sorted(p.name for p in folder.iterdir()) == sorted(world.FILES)  # no temporary files left
+    (tmp_path / "opened").write_text("")
+    assert {stat.S_IMODE(os.stat(path).st_mode) for path in [*paths.values(), tmp_path / "opened"]} == \
+        {stat.S_IMODE((tmp_path / "opened").stat().st_mode)}, "the mode of any new file"
 
 
 @pytest.mark.parametrize("sizes", [dict(n_train=0), dict(n_dev=-1), dict(n_places=0), dict(n_places=1),
