@@ -13,6 +13,7 @@ characters of the pretraining corpus.
 """
 
 import random
+import sys
 
 import torch
 from torch.utils.data import Dataset
@@ -22,8 +23,11 @@ MASK_CHAR = "\u2047"
 
 
 def known_characters(text, stoi):
-    """The text without the characters the vocabulary lacks, and how many were dropped."""
-    kept = "".join(c for c in text if c in stoi)
+    """
+    The text without the characters the vocabulary lacks, and how many were dropped; the
+    pad and mask characters are dropped too (they are the model's markers, not text).
+    """
+    kept = "".join(c for c in text if c in stoi and c not in (PAD_CHAR, MASK_CHAR))
     return kept, len(text) - len(kept)
 
 
@@ -71,8 +75,10 @@ class CharCorruptionDataset(Dataset):
             raise ValueError(f"block_size must be at least 5, got {block_size}")
         data = data.replace("\r\n", "\n")  # CRLF files get the vocabulary of their LF twins
         chars = sorted(set(data))
-        if PAD_CHAR in chars or MASK_CHAR in chars:
-            raise ValueError("the corpus must not contain the pad or mask characters")
+        for reserved, name in ((MASK_CHAR, "mask"), (PAD_CHAR, "pad")):
+            if reserved in chars:
+                lineno = data.count("\n", 0, data.index(reserved)) + 1
+                raise ValueError(f"line {lineno} holds the {name} character U+{ord(reserved):04X}, which the model reserves")
         chars = [PAD_CHAR, MASK_CHAR] + chars
         self.stoi = {ch: i for i, ch in enumerate(chars)}
         self.itos = {i: ch for i, ch in enumerate(chars)}
@@ -101,8 +107,8 @@ class CharCorruptionDataset(Dataset):
 class NameDataset(Dataset):
     """
     Finetuning examples from lines "question<TAB>place" over the pretraining vocabulary.
-    Characters the vocabulary lacks are dropped (counted in dropped_characters),
-    exactly as evaluation drops them from its questions.
+    Characters the vocabulary lacks, and the pad and mask characters, are dropped
+    (counted in dropped_characters), exactly as evaluation drops them from its questions.
 
     __getitem__(idx) -> (x, y) of length block_size-1:
     x = question MASK place MASK PADs (all but the last character);
@@ -151,18 +157,25 @@ def main(argv=None):
     parser.add_argument("--examples", type=int, default=4)
     args = parser.parse_args(argv)
 
-    with open(resolve_data_path(args.pretrain_corpus_path), encoding="utf-8") as f:
-        corruption_dataset = CharCorruptionDataset(f.read(), 128)
-    if args.dataset_type == "namedata":
-        with open(resolve_data_path(args.finetune_corpus_path), encoding="utf-8") as f:
-            dataset = NameDataset(corruption_dataset, f.read())
-    else:
-        dataset = corruption_dataset
+    path = resolve_data_path(args.pretrain_corpus_path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            corruption_dataset = CharCorruptionDataset(f.read(), 128)
+        if args.dataset_type == "namedata":
+            path = resolve_data_path(args.finetune_corpus_path)
+            with open(path, encoding="utf-8") as f:
+                dataset = NameDataset(corruption_dataset, f.read())
+        else:
+            dataset = corruption_dataset
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        print(f"dataset.py: error: {path}: {e}", file=sys.stderr)
+        return 2
     for _, example in zip(range(args.examples), dataset):
         x, y = example
         print("x:", "".join(dataset.itos[int(i)] for i in x))
         print("y:", "".join(dataset.itos[int(i)] for i in y))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -215,6 +215,14 @@ def read_pairs(path, what, parse):
         raise UsageError(f"{resolve_data_path(path)}: {e}") from None
 
 
+def pretraining_dataset(path):
+    """The corpus at `path` as span-corruption examples (and the vocabulary); a reserved character is one line."""
+    try:
+        return CharCorruptionDataset(read_text(path, "pretraining corpus"), BLOCK_SIZE)
+    except ValueError as e:
+        raise UsageError(f"pretraining corpus {resolve_data_path(path)}: {e}") from None
+
+
 def pairs_dataset(pretrain_dataset, path, what):
     """The question<TAB>place pairs at `path` as finetuning examples."""
     pairs = read_pairs(path, what, lambda text: NameDataset(pretrain_dataset, text))
@@ -445,7 +453,7 @@ def run(args):
         raise UsageError(str(e)) from None
     if args.num_workers is None:
         args.num_workers = CUDA_NUM_WORKERS if device.type == "cuda" else 0
-    pretrain_dataset = CharCorruptionDataset(read_text(args.pretrain_corpus_path, "pretraining corpus"), BLOCK_SIZE)
+    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
     if args.function == "finetune":
         finetune_dataset = pairs_dataset(pretrain_dataset, args.finetune_corpus_path, "finetuning corpus")
     train_dataset = pretrain_dataset

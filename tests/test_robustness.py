@@ -230,6 +230,39 @@ def test_unusable_corpus(kind, tmp_path, capsys):
     assert not params.exists()
 
 
+@pytest.mark.parametrize("reserved", ["\u2047", "\u25A1"])  # the mask and the pad
+@pytest.mark.parametrize("command", ["pretrain", "evaluate", "dataset.py"])
+def test_a_corpus_with_a_reserved_character_is_refused_naming_its_line(reserved, command, params_files, tiny_world,
+                                                                       tmp_path, capsys):
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text(f"Ada Berg was born in Paris.\nBruno Costa{reserved} was born in Lima.\n", encoding="utf-8")
+    output = tmp_path / "out"
+    if command == "dataset.py":
+        done = subprocess.run([sys.executable, str(ROOT / "src" / "dataset.py"), "charcorruption",
+                               "--pretrain_corpus_path", str(corpus)], capture_output=True, text=True, timeout=120)
+        code, err = done.returncode, done.stderr.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and not done.stdout, err
+    elif command == "pretrain":
+        err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", output, *SMALL)
+    else:
+        err = one_line_error(capsys, "evaluate", "vanilla", corpus, "--reading_params_path", params_files["vanilla"],
+                             "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", output, *SMALL)
+    assert f"{corpus}: line 2 holds the" in err and f"U+{ord(reserved):04X}" in err
+    assert not output.exists()
+
+
+def test_reserved_characters_in_questions_are_dropped_and_counted(tiny_world, tmp_path, capsys):
+    pretraining = CharCorruptionDataset(open(tiny_world["wiki.txt"], encoding="utf-8").read(), 128)
+    clean = NameDataset(pretraining, "Ada Berg\tParis\n")
+    marked = NameDataset(pretraining, "Ada\u2047 Berg\tPa\u25A1ris\n")
+    assert marked.data == clean.data == [("Ada Berg", "Paris")] and marked.dropped_characters == 2
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("Ada\u2047 Berg\tParis\n", encoding="utf-8")
+    assert main("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", tmp_path / "p.params",
+                "--finetune_corpus_path", tsv, "--max_epochs", 1, *SMALL) == 0
+    assert "dropped 1 character(s)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("line, problem", [
     ("Where was B born? Lima", "got 1 field(s)"),
     ("Where was B born?\tLima\textra", "got 3 field(s)"),
