@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines, question_place_pairs
 from files import atomic_write
 from model import GPT, GPTConfig
-from trainer import DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig
+from trainer import DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig, TrainingDiverged
 from utils import (birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
                    rank_and_world_size, read_state_dict, resolve_data_path, save_params, score_line, set_seed, short_reason)
 
@@ -387,7 +387,7 @@ def train(args, settings, model, dataset, pretrain_dataset, device, learning_rat
               file=sys.stderr)
     try:
         Trainer(model, dataset, None, config).train()
-    except CheckpointError as e:
+    except (CheckpointError, TrainingDiverged) as e:
         raise UsageError(str(e)) from None
     finally:
         if config.writer is not None:

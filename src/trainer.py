@@ -27,6 +27,11 @@ Not exact, so off by default: batches drawn from pools of examples grouped by le
 (bucket_pool > 1), which changes which examples share a step; bf16 or fp16 autocast
 and TF32 matmuls (precision).
 
+A step whose loss is not finite stops training (TrainingDiverged, naming the step and
+its learning rate) at the next point where the loss is read back anyway (every
+log_every steps, before a checkpoint, at the epoch's end), so before anything from
+that step on is written.
+
 With checkpoint_path set, it keeps a resumable checkpoint (model, optimizer,
 schedule, epoch, position in the epoch and random states) written atomically after
 every epoch and every checkpoint_minutes; resume=True continues from it. Every
@@ -169,6 +174,13 @@ class CheckpointError(ValueError):
     """The checkpoint to resume cannot be read, or was written by a run with other settings."""
 
 
+class TrainingDiverged(RuntimeError):
+    """A step's loss was not finite: training stopped before writing anything from that step on."""
+
+
+NO_STEP = 2**62  # "no non-finite loss yet", larger than any step
+
+
 class Trainer:
     """Trains `model` on `train_dataset` (pairs of Long tensors x, y); reports the loss on `test_dataset` if given."""
 
@@ -274,6 +286,21 @@ class Trainer:
             t = t.pin_memory()
         return t.to(self.device, non_blocking=True)
 
+    def stop_if_diverged(self, first_nonfinite):
+        """
+        Raise TrainingDiverged if a step so far had a non-finite loss. first_nonfinite (a
+        device scalar, the first such step, 1-based, or NO_STEP) is read back only here:
+        at the steps where the loss is read anyway, and before anything is written.
+        """
+        if self.world_size > 1:  # every rank stops at the same check
+            first_nonfinite = first_nonfinite.clone()
+            dist.all_reduce(first_nonfinite, op=dist.ReduceOp.MIN)
+        step = int(first_nonfinite)
+        if step != NO_STEP:
+            lr = self.config.learning_rate * self.lr_lambda(step - 1)
+            raise TrainingDiverged(f"the training loss is not finite at step {step} (learning rate {lr:.3g}): "
+                                   "training stopped; nothing was written from that step on")
+
     def global_mean(self, value):
         """A per-rank loss sum made global (every rank must call this at the same step)."""
         if self.world_size > 1:
@@ -360,6 +387,7 @@ class Trainer:
         bar = tqdm(total=config.max_epochs * steps_per_epoch, initial=self.step, dynamic_ncols=True, desc="training",
                    disable=self.rank != 0)
         last_save = time.monotonic()
+        first_nonfinite = torch.full((), NO_STEP, device=self.device)
         for epoch in range(start_epoch, config.max_epochs):
             model.train()
             generator.manual_seed(data_seed + epoch)
@@ -380,6 +408,7 @@ class Trainer:
                 lr = scheduler.get_last_lr()[0]
                 scheduler.step()
                 weighted = loss.float() * weight
+                first_nonfinite = torch.where(torch.isfinite(loss), first_nonfinite, first_nonfinite.clamp(max=self.step + 1))
                 epoch_loss += weighted
                 window_loss += weighted
                 window_steps += 1
@@ -388,6 +417,7 @@ class Trainer:
                 if config.writer is not None:
                     config.writer.add_scalar("train/lr", lr, self.step)
                 if self.step % config.log_every == 0:
+                    self.stop_if_diverged(first_nonfinite)
                     mean = self.global_mean(window_loss).item() / window_steps
                     window_loss.zero_()
                     window_steps = 0
@@ -396,10 +426,12 @@ class Trainer:
                         config.writer.add_scalar("train/loss", mean, self.step)
                 minutes = config.checkpoint_minutes
                 if config.checkpoint_path and minutes and time.monotonic() - last_save >= 60 * minutes:
+                    self.stop_if_diverged(first_nonfinite)
                     self.save_checkpoint(self.checkpoint_state(
                         model, optimizer, scheduler, scaler, data_seed, epoch, batch + 1, epoch_loss, epoch_random_state))
                     last_save = time.monotonic()
             skip, epoch_loss_so_far = 0, 0.0
+            self.stop_if_diverged(first_nonfinite)
             self.epoch_losses.append(self.global_mean(epoch_loss).item() / steps_per_epoch)
             logger.info("epoch %d: mean train loss %.4f", epoch + 1, self.epoch_losses[-1])
             if self.test_dataset is not None:

@@ -15,7 +15,7 @@ import run
 from conftest import ROOT
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig
+from trainer import Trainer, TrainerConfig, TrainingDiverged
 
 SMALL = ["--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--bottleneck_dim", "8",
          "--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
@@ -119,6 +119,42 @@ def test_resume_refuses_another_runs_checkpoint(tiny_world, tmp_path, capsys):
     err = one_line_error(capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1,
                          "--resume", *SMALL)
     assert "cannot be read" in err and "delete it" in err
+
+
+def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world, tmp_path):
+    """From step 6 on the loss is NaN: the run stops at epoch 2's end, naming step 6; epoch 1's files stay."""
+    pre = CharCorruptionDataset(open(tiny_world["wiki.txt"], encoding="utf-8").read(), 32)
+    pre.data = pre.data[:64]  # 4 steps of 16 an epoch
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pre.vocab_size, 32, n_layer=1, n_head=2, n_embd=16))
+    forwards = []
+
+    def poison(module, args, output):
+        forwards.append(1)
+        logits, loss = output
+        return (logits, loss * float("nan")) if len(forwards) >= 6 else output
+
+    model.register_forward_hook(poison)
+    params, checkpoint = tmp_path / "epoch.params", tmp_path / "run.ckpt"
+    config = TrainerConfig(max_epochs=5, batch_size=16, learning_rate=1e-3, ckpt_path=str(params),
+                           checkpoint_path=str(checkpoint), device="cpu")
+    trainer = Trainer(model, pre, None, config)
+    with pytest.raises(TrainingDiverged, match=r"not finite at step 6 \(learning rate 0.001\)"):
+        trainer.train()
+    assert len(forwards) == 8 and trainer.step == 8, "it stops at the epoch's end, the first check after step 6"
+    saved = torch.load(checkpoint, weights_only=True)
+    assert saved["step"] == 4 and saved["epoch"] == 1
+    assert all(torch.isfinite(v).all() for v in torch.load(params, weights_only=True).values())
+    assert all(torch.isfinite(v).all() for v in saved["model"].values())
+
+
+def test_divergence_is_one_line_and_writes_no_params(tiny_world, tmp_path):
+    params = tmp_path / "p.params"
+    code, out, err = cli("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
+                         "--pretrain_lr", "1e6", "--max_epochs", 3, *SMALL)
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert code == 2 and len(errors) == 1 and "loss is not finite at step" in errors[0], err
+    assert "Traceback" not in err and not params.exists() and not (tmp_path / "p.params.ckpt").exists()
 
 
 def test_resume_without_a_checkpoint_starts_over(tiny_world, tmp_path, capsys):
