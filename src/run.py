@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -114,8 +115,13 @@ def check_writable(path, what):
     existing = folder
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK):
-        raise UsageError(f"{what} {path} cannot be written: {existing} is not a writable folder")
+    if not os.path.isdir(existing):
+        raise UsageError(f"{what} {path} cannot be written: {existing} is not a folder")
+    try:  # os.access can say yes where writing fails (a read-only mount, /proc, some network folders)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise UsageError(f"{what} {path} cannot be written: {existing} refuses new files ({e.strerror})") from None
 
 
 INPUTS = ("pretrain_corpus_path", "reading_params_path", "finetune_corpus_path", "eval_corpus_path",
