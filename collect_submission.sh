@@ -2,9 +2,16 @@
 # Builds assignment5.zip from src/ and the params and predictions that run.sh writes.
 #   ./collect_submission.sh [all|2021|2023]
 #   2021: the edition with the synthesizer; 2023: the edition with the perceiver;
-#   all (default): both. Fails, naming every missing file, before writing anything.
+#   all (default): both. Fails, naming every missing file, before writing anything; a
+#   failing call also removes an earlier assignment5.zip, so that no zip is left that
+#   this call did not build.
 set -euo pipefail
 cd "$(dirname "$0")"
+rm -f assignment5.zip assignment5.zip.tmp
+if (( $# > 1 )); then
+  echo "collect_submission.sh: takes at most one argument (all, 2021 or 2023), got $#: $*" >&2
+  exit 2
+fi
 edition=${1:-all}
 
 common=(vanilla.model.params vanilla.nopretrain.dev.predictions vanilla.nopretrain.test.predictions
@@ -28,7 +35,6 @@ if (( ${#missing[@]} )); then
   exit 1
 fi
 
-rm -f assignment5.zip
 ${PYTHON:-python3} - "${files[@]}" <<'PY'
 import sys, zipfile
 from pathlib import Path

@@ -6,6 +6,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
@@ -276,3 +277,30 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     assert all(re.fullmatch(r"\d+ out of 10: [\d.]+%", row.split("|")[2].strip()) for row in rows[4:]), rows
     for prefix in ["vanilla.nopretrain", "vanilla.pretrain", "perceiver.pretrain", "synthesizer.pretrain"]:
         assert (tmp_path / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
+
+
+def collect(folder, *args):
+    done = subprocess.run(["bash", str(folder / "collect_submission.sh"), *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
+    shutil.copy(ROOT / "collect_submission.sh", tmp_path)
+    shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    names = ["vanilla.model.params", "vanilla.nopretrain.dev.predictions", "vanilla.nopretrain.test.predictions"]
+    names += [f"{v}.{kind}" for v in ["vanilla", "perceiver"] for kind in
+              ["pretrain.params", "finetune.params", "pretrain.dev.predictions", "pretrain.test.predictions"]]
+    for name in names:
+        (tmp_path / name).write_text(name)
+    code, out, err = collect(tmp_path, "2023")
+    assert code == 0 and "wrote assignment5.zip" in out, err
+    with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
+        assert sorted(z.namelist()) == sorted(names + [f"src/{p.name}" for p in (ROOT / "src").glob("*.py")])
+
+    code, _, err = collect(tmp_path, "2021")  # the synthesizer's files are missing
+    assert code == 1 and "synthesizer.pretrain.params" in err and not (tmp_path / "assignment5.zip").exists()
+    for args in [["2022"], ["2023", "extra"]]:
+        (tmp_path / "assignment5.zip").write_text("an older zip")
+        code, _, err = collect(tmp_path, *args)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "assignment5.zip").exists(), err
