@@ -23,6 +23,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,7 @@ BLOCK_SIZE = 128
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
 LENGTH_GROUPING_POOL = 16  # with --group_by_length, pretraining batches per pool of examples grouped by length
 CUDA_NUM_WORKERS = 4
+TENSORBOARD_ROOT = "expt"  # relative to the working directory
 ANSWER_STEPS = 32
 
 # The handout's training settings. The learning rate warms up over warmup_tokens, then
@@ -306,11 +308,12 @@ def read_params(model, path, args):
 
 
 def tensorboard_writer(args):
+    """A writer of its own for this run: the course's folder name, then the start time and process id."""
     from torch.utils.tensorboard import SummaryWriter
 
     return SummaryWriter(
-        log_dir=f"expt/{args.function}/{args.tb_expt_name}_{args.variant}_{args.bottleneck_dim}"
-        f"_pt_lr_{args.pretrain_lr}_ft_lr_{args.finetune_lr}"
+        log_dir=f"{TENSORBOARD_ROOT}/{args.function}/{args.tb_expt_name}_{args.variant}_{args.bottleneck_dim}"
+        f"_pt_lr_{args.pretrain_lr}_ft_lr_{args.finetune_lr}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
     )
 
 

@@ -1,13 +1,21 @@
 """Shared fixtures: src/ on sys.path (as the course's autograders have it), small corpora, the assignment data."""
 
+import atexit
 import random
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+
+# The working directory of the command lines the tests run, so that their TensorBoard logs
+# (expt/ under the working directory) stay out of the checkout.
+RUNS_DIR = Path(tempfile.mkdtemp(prefix="tests-runs-"))
+atexit.register(shutil.rmtree, RUNS_DIR, ignore_errors=True)
 
 A5_DIRS = [ROOT.parent / "shared" / "data" / "a5", ROOT / "data"]
 A5_FILES = ["wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv"]
@@ -40,3 +48,11 @@ def tiny_world(tmp_path_factory):
     (folder / "dev.tsv").write_text("\n".join(pairs[60:]) + "\n", encoding="utf-8")
     (folder / "test.tsv").write_text("".join(p.split("\t")[0] + "\n" for p in pairs[60:]), encoding="utf-8")
     return {name: str(folder / name) for name in ["wiki.txt", "train.tsv", "dev.tsv", "test.tsv"]}
+
+
+@pytest.fixture(autouse=True)
+def tensorboard_logs_outside_the_checkout(monkeypatch):
+    """In-process runs write their TensorBoard logs under RUNS_DIR too."""
+    import run
+
+    monkeypatch.setattr(run, "TENSORBOARD_ROOT", str(RUNS_DIR / "expt"))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import run
-from conftest import ROOT
+from conftest import ROOT, RUNS_DIR
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
 from trainer import Trainer
@@ -26,7 +26,7 @@ SMALL = ["--n_layer", "3", "--n_head", "2", "--n_embd", "32", "--bottleneck_dim"
 def cli(*args):
     """Run src/run.py in a fresh interpreter, as a user does: (exit code, stdout, stderr)."""
     done = subprocess.run([sys.executable, str(ROOT / "src" / "run.py"), *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+                          capture_output=True, text=True, cwd=RUNS_DIR, timeout=300)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -91,6 +91,17 @@ def test_finetune_from_scratch_then_evaluate_in_a_fresh_process(tiny_world, tmp_
     assert code == 0, err
     assert out.startswith("Correct: ") and out.strip().endswith("%")
     assert "Traceback" not in err
+
+
+def test_every_run_gets_its_own_tensorboard_folder(tiny_world, tmp_path):
+    """Two runs of the same command (run.sh finetunes vanilla twice) do not write into one folder."""
+    command = [sys.executable, str(ROOT / "src" / "run.py"), "finetune", "vanilla", tiny_world["wiki.txt"],
+               "--writing_params_path", "m.params", "--finetune_corpus_path", tiny_world["train.tsv"],
+               "--max_epochs", "1", *SMALL]
+    for _ in range(2):
+        assert subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=300).returncode == 0
+    runs = list((tmp_path / "expt" / "finetune").iterdir())
+    assert len(runs) == 2 and all(run.name.startswith("run_vanilla_16_pt_lr_0.006_ft_lr_0.0006_") for run in runs)
 
 
 def test_input_errors_are_one_line(tiny_world, tmp_path):

@@ -12,7 +12,7 @@ import torch
 import torch.multiprocessing as mp
 
 import run
-from conftest import ROOT
+from conftest import ROOT, RUNS_DIR
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig, TrainingDiverged
@@ -23,7 +23,7 @@ RUN_PY = str(ROOT / "src" / "run.py")
 
 
 def cli(*args, env=None):
-    done = subprocess.run([sys.executable, RUN_PY, *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+    done = subprocess.run([sys.executable, RUN_PY, *map(str, args)], capture_output=True, text=True, cwd=RUNS_DIR,
                           timeout=300, env=env)
     return done.returncode, done.stdout, done.stderr
 
@@ -53,7 +53,7 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
     cut = tmp_path / "cut.params"
     ckpt = tmp_path / "cut.params.ckpt"
     process = subprocess.Popen([sys.executable, RUN_PY, *map(str, common), "--writing_params_path", cut,
-                                "--checkpoint_minutes", "1e-6"], cwd=ROOT, stderr=subprocess.DEVNULL)
+                                "--checkpoint_minutes", "1e-6"], cwd=RUNS_DIR, stderr=subprocess.DEVNULL)
     killed_at = None
     deadline = time.monotonic() + 240
     while killed_at is None and time.monotonic() < deadline and process.poll() is None:
