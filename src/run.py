@@ -142,7 +142,9 @@ def check_outputs_spare_inputs(args):
 
 
 def build_parser():
-    p = OneLineParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    needs = "\n".join(f"  {function}: {' '.join('--' + name for name in names)}" for function, names in REQUIRED.items())
+    p = OneLineParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                      epilog=f"flags each subcommand needs:\n{needs}")
     p.add_argument("function", choices=["pretrain", "finetune", "evaluate"])
     p.add_argument("variant", choices=["vanilla", "perceiver", "synthesizer"])
     p.add_argument("pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary")
@@ -162,9 +164,13 @@ def build_parser():
     g.add_argument("--max_epochs", type=positive_int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)")
     g.add_argument("--batch_size", type=positive_int, help="batch size (pretrain 128, finetune 256)")
     g.add_argument("--dropout", type=probability, help="dropout of embeddings, attention and residuals (default 0.1)")
-    g.add_argument("--n_layer", type=positive_int, default=MODEL["n_layer"])
-    g.add_argument("--n_head", type=positive_int, default=MODEL["n_head"])
-    g.add_argument("--n_embd", type=positive_int, default=MODEL["n_embd"])
+    g.add_argument("--n_layer", type=positive_int, default=MODEL["n_layer"],
+                   help=f"Transformer blocks (default {MODEL['n_layer']}; the perceiver's first and last are its "
+                        "down- and up-projection)")
+    g.add_argument("--n_head", type=positive_int, default=MODEL["n_head"],
+                   help=f"attention heads per block (default {MODEL['n_head']}; must divide --n_embd)")
+    g.add_argument("--n_embd", type=positive_int, default=MODEL["n_embd"],
+                   help=f"width of the embeddings and every block (default {MODEL['n_embd']})")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     g.add_argument("--num_workers", type=int, choices=range(0, 65), metavar="N", help="DataLoader worker processes (default: 4 with CUDA, else 0)")

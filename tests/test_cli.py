@@ -104,6 +104,14 @@ def test_every_run_gets_its_own_tensorboard_folder(tiny_world, tmp_path):
     assert len(runs) == 2 and all(run.name.startswith("run_vanilla_16_pt_lr_0.006_ft_lr_0.0006_") for run in runs)
 
 
+def test_help_names_each_subcommands_flags_and_the_model_sizes():
+    code, out, err = cli("pretrain", "--help")
+    assert code == 0 and not err
+    assert "evaluate: --reading_params_path --eval_corpus_path --outputs_path" in out
+    assert "finetune: --writing_params_path --finetune_corpus_path" in out
+    assert "Transformer blocks (default 4" in out and "attention heads per block (default 8" in out
+
+
 def test_input_errors_are_one_line(tiny_world, tmp_path):
     params = tmp_path / "v.params"
     bad_tsv = tmp_path / "bad.tsv"
