@@ -433,7 +433,9 @@ class Trainer:
             skip, epoch_loss_so_far = 0, 0.0
             self.stop_if_diverged(first_nonfinite)
             self.epoch_losses.append(self.global_mean(epoch_loss).item() / steps_per_epoch)
-            logger.info("epoch %d: mean train loss %.4f", epoch + 1, self.epoch_losses[-1])
+            bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
+            if config.writer is not None:
+                config.writer.add_scalar("train/epoch_loss", self.epoch_losses[-1], self.step)
             if self.test_dataset is not None:
                 test_loss = self.evaluate_loss(self.test_dataset)
                 logger.info("epoch %d: test loss %.4f", epoch + 1, test_loss)

@@ -205,6 +205,17 @@ def test_training_lowers_the_loss_and_logs_to_tensorboard(names, tmp_path):
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
 
 
+def test_every_epochs_mean_loss_is_logged_even_in_short_runs(names):
+    """Runs of fewer than log_every steps still log a loss: every epoch's mean, as train/epoch_loss."""
+    pre, ds = names
+    log = ScalarLog()
+    model = GPT(GPTConfig(pre.vocab_size, pre.block_size, n_layer=1, n_head=2, n_embd=16))
+    trainer = Trainer(model, ds, None, TrainerConfig(max_epochs=2, batch_size=32, writer=log, device="cpu"))
+    trainer.train()
+    assert trainer.step < trainer.config.log_every and "train/loss" not in log.scalars
+    assert log.scalars["train/epoch_loss"] == trainer.epoch_losses and len(trainer.epoch_losses) == 2
+
+
 def test_test_dataset_loss_is_reported(names, tmp_path):
     pre, ds = names
     model = GPT(GPTConfig(pre.vocab_size, pre.block_size, n_layer=2, n_head=2, n_embd=16))
