@@ -78,7 +78,8 @@ class CharCorruptionDataset(Dataset):
         for reserved, name in ((MASK_CHAR, "mask"), (PAD_CHAR, "pad")):
             if reserved in chars:
                 lineno = data.count("\n", 0, data.index(reserved)) + 1
-                raise ValueError(f"line {lineno} holds the {name} character U+{ord(reserved):04X}, which the model reserves")
+                raise ValueError(f"line {lineno} holds the {name} character U+{ord(reserved):04X}, "
+                                 "which the model reserves")
         chars = [PAD_CHAR, MASK_CHAR] + chars
         self.stoi = {ch: i for i, ch in enumerate(chars)}
         self.itos = {i: ch for i, ch in enumerate(chars)}

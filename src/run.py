@@ -33,9 +33,11 @@ from tqdm.auto import tqdm
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines, question_place_pairs
 from files import atomic_write
 from model import GPT, GPTConfig
-from trainer import DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig, TrainingDiverged
+from trainer import (DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig, TrainingDiverged,
+                     TrainingInterrupted)
 from utils import (birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
-                   rank_and_world_size, read_state_dict, resolve_data_path, save_params, score_line, set_seed, short_reason)
+                   rank_and_world_size, read_state_dict, resolve_data_path, save_params, score_line, set_seed,
+                   short_reason)
 
 BLOCK_SIZE = 128
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
@@ -513,6 +515,9 @@ def main(argv=None):
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"run.py: error: {e}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as e:
+        print(f"run.py: {e}: run the same command with --resume to go on", file=sys.stderr)
+        return 128 + e.signum
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -32,6 +32,9 @@ its learning rate) at the next point where the loss is read back anyway (every
 log_every steps, before a checkpoint, at the epoch's end), so before anything from
 that step on is written.
 
+With checkpoint_path set (and in a single process), SIGINT or SIGTERM stop training
+after the step in progress, with a checkpoint of that step (TrainingInterrupted).
+
 With checkpoint_path set, it keeps a resumable checkpoint (model, optimizer,
 schedule, epoch, position in the epoch and random states) written atomically after
 every epoch and every checkpoint_minutes; resume=True continues from it. Every
@@ -49,6 +52,8 @@ import logging
 import math
 import os
 import random
+import signal
+import threading
 import time
 
 import torch
@@ -181,6 +186,15 @@ class TrainingDiverged(RuntimeError):
 NO_STEP = 2**62  # "no non-finite loss yet", larger than any step
 
 
+class TrainingInterrupted(Exception):
+    """SIGINT or SIGTERM stopped training after a step, and a checkpoint of that step was written."""
+
+    def __init__(self, signum, step, checkpoint_path):
+        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}; "
+                         f"the checkpoint {checkpoint_path} holds the run so far")
+        self.signum = signum
+
+
 class Trainer:
     """Trains `model` on `train_dataset` (pairs of Long tensors x, y); reports the loss on `test_dataset` if given."""
 
@@ -286,6 +300,31 @@ class Trainer:
             t = t.pin_memory()
         return t.to(self.device, non_blocking=True)
 
+    @contextlib.contextmanager
+    def stop_signals_caught(self):
+        """
+        Yields a list that SIGINT or SIGTERM append their number to, so that the loop can
+        stop after the step in progress; a second signal interrupts at once. Only with a
+        checkpoint to write, and in a single process (DDP's ranks would not agree on the step).
+        """
+        caught = []
+        main_thread = threading.current_thread() is threading.main_thread()
+        if not self.config.checkpoint_path or self.world_size > 1 or not main_thread:
+            yield caught
+            return
+
+        def handler(signum, frame):
+            if caught:
+                raise KeyboardInterrupt
+            caught.append(signum)
+
+        previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield caught
+        finally:
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+
     def stop_if_diverged(self, first_nonfinite):
         """
         Raise TrainingDiverged if a step so far had a non-finite loss. first_nonfinite (a
@@ -388,67 +427,74 @@ class Trainer:
                    disable=self.rank != 0)
         last_save = time.monotonic()
         first_nonfinite = torch.full((), NO_STEP, device=self.device)
-        for epoch in range(start_epoch, config.max_epochs):
-            model.train()
-            generator.manual_seed(data_seed + epoch)
-            epoch_random_state = random.getstate()  # the dataset's draws (span corruption) replay from here
-            epoch_loss = torch.full((), epoch_loss_so_far, device=self.device)
-            window_loss, window_steps = torch.zeros((), device=self.device), 0
-            for batch, (x, y) in enumerate(self.global_batches(loader, generator)):
-                if batch < skip:
-                    continue
-                self.useful_tokens += int((y != 0).sum())  # counted on the CPU: no device sync
-                x, y, weight = self.local_batch(x, y)
-                optimizer.zero_grad(set_to_none=True)
-                loss = self.backward(forward, self.micro_batches(x, y), weight, autocast, scaler, ddp)
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                lr = scheduler.get_last_lr()[0]
-                scheduler.step()
-                weighted = loss.float() * weight
-                first_nonfinite = torch.where(torch.isfinite(loss), first_nonfinite, first_nonfinite.clamp(max=self.step + 1))
-                epoch_loss += weighted
-                window_loss += weighted
-                window_steps += 1
-                self.step += 1
-                bar.update()
-                if config.writer is not None:
-                    config.writer.add_scalar("train/lr", lr, self.step)
-                if self.step % config.log_every == 0:
-                    self.stop_if_diverged(first_nonfinite)
-                    mean = self.global_mean(window_loss).item() / window_steps
-                    window_loss.zero_()
-                    window_steps = 0
-                    bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} loss {mean:.4f} lr {lr:.2e}", refresh=False)
+        with self.stop_signals_caught() as caught:
+            for epoch in range(start_epoch, config.max_epochs):
+                model.train()
+                generator.manual_seed(data_seed + epoch)
+                epoch_random_state = random.getstate()  # the dataset's draws (span corruption) replay from here
+                epoch_loss = torch.full((), epoch_loss_so_far, device=self.device)
+                window_loss, window_steps = torch.zeros((), device=self.device), 0
+                for batch, (x, y) in enumerate(self.global_batches(loader, generator)):
+                    if batch < skip:
+                        continue
+                    self.useful_tokens += int((y != 0).sum())  # counted on the CPU: no device sync
+                    x, y, weight = self.local_batch(x, y)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = self.backward(forward, self.micro_batches(x, y), weight, autocast, scaler, ddp)
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
+                    scaler.step(optimizer)
+                    scaler.update()
+                    lr = scheduler.get_last_lr()[0]
+                    scheduler.step()
+                    weighted = loss.float() * weight
+                    first_nonfinite = torch.where(torch.isfinite(loss), first_nonfinite,
+                                                  first_nonfinite.clamp(max=self.step + 1))
+                    epoch_loss += weighted
+                    window_loss += weighted
+                    window_steps += 1
+                    self.step += 1
+                    bar.update()
                     if config.writer is not None:
-                        config.writer.add_scalar("train/loss", mean, self.step)
-                minutes = config.checkpoint_minutes
-                if config.checkpoint_path and minutes and time.monotonic() - last_save >= 60 * minutes:
-                    self.stop_if_diverged(first_nonfinite)
-                    self.save_checkpoint(self.checkpoint_state(
-                        model, optimizer, scheduler, scaler, data_seed, epoch, batch + 1, epoch_loss, epoch_random_state))
-                    last_save = time.monotonic()
-            skip, epoch_loss_so_far = 0, 0.0
-            self.stop_if_diverged(first_nonfinite)
-            self.epoch_losses.append(self.global_mean(epoch_loss).item() / steps_per_epoch)
-            bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
-            if config.writer is not None:
-                config.writer.add_scalar("train/epoch_loss", self.epoch_losses[-1], self.step)
-            if self.test_dataset is not None:
-                test_loss = self.evaluate_loss(self.test_dataset)
-                logger.info("epoch %d: test loss %.4f", epoch + 1, test_loss)
+                        config.writer.add_scalar("train/lr", lr, self.step)
+                    if self.step % config.log_every == 0:
+                        self.stop_if_diverged(first_nonfinite)
+                        mean = self.global_mean(window_loss).item() / window_steps
+                        window_loss.zero_()
+                        window_steps = 0
+                        bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} loss {mean:.4f} lr {lr:.2e}",
+                                            refresh=False)
+                        if config.writer is not None:
+                            config.writer.add_scalar("train/loss", mean, self.step)
+                    minutes = config.checkpoint_minutes
+                    due = config.checkpoint_path and minutes and time.monotonic() - last_save >= 60 * minutes
+                    if due or caught:  # caught only has signals when there is a checkpoint path
+                        self.stop_if_diverged(first_nonfinite)
+                        self.save_checkpoint(self.checkpoint_state(model, optimizer, scheduler, scaler, data_seed,
+                                                                   epoch, batch + 1, epoch_loss, epoch_random_state))
+                        last_save = time.monotonic()
+                    if caught:
+                        bar.close()
+                        raise TrainingInterrupted(caught[0], self.step, config.checkpoint_path)
+                skip, epoch_loss_so_far = 0, 0.0
+                self.stop_if_diverged(first_nonfinite)
+                self.epoch_losses.append(self.global_mean(epoch_loss).item() / steps_per_epoch)
+                bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
                 if config.writer is not None:
-                    config.writer.add_scalar("test/loss", test_loss, self.step)
-            if config.ckpt_path is not None and self.rank == 0:
-                save_params(model, config.ckpt_path)
-            if config.epoch_end is not None:
-                config.epoch_end(epoch + 1)
-            if config.checkpoint_path:
-                self.save_checkpoint(self.checkpoint_state(
-                    model, optimizer, scheduler, scaler, data_seed, epoch + 1, 0, 0.0, random.getstate()))
-                last_save = time.monotonic()
+                    config.writer.add_scalar("train/epoch_loss", self.epoch_losses[-1], self.step)
+                if self.test_dataset is not None:
+                    test_loss = self.evaluate_loss(self.test_dataset)
+                    logger.info("epoch %d: test loss %.4f", epoch + 1, test_loss)
+                    if config.writer is not None:
+                        config.writer.add_scalar("test/loss", test_loss, self.step)
+                if config.ckpt_path is not None and self.rank == 0:
+                    save_params(model, config.ckpt_path)
+                if config.epoch_end is not None:
+                    config.epoch_end(epoch + 1)
+                if config.checkpoint_path:
+                    self.save_checkpoint(self.checkpoint_state(
+                        model, optimizer, scheduler, scaler, data_seed, epoch + 1, 0, 0.0, random.getstate()))
+                    last_save = time.monotonic()
         bar.close()
 
     def checkpoint_state(self, model, optimizer, scheduler, scaler, data_seed, epoch, batches_done, epoch_loss,

@@ -81,6 +81,30 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
     assert all(torch.equal(whole_state[k], cut_state[k]) for k in whole_state)
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, tiny_world, tmp_path):
+    """Ctrl-C, or a stopped Colab session: a checkpoint of the last step, one line, exit 128 + signal."""
+    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", tmp_path / "p.params",
+              "--max_epochs", 40, *SMALL]
+    ckpt = tmp_path / "p.params.ckpt"
+    process = subprocess.Popen([sys.executable, RUN_PY, *map(str, common)], cwd=RUNS_DIR, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 240
+    while not ckpt.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.01)
+    process.send_signal(signum)
+    err = process.communicate(timeout=120)[1]
+    assert process.returncode == 128 + signum, err
+    said = [line for line in err.splitlines() if line.startswith("run.py:")]
+    assert len(said) == 1 and f"stopped by {signal.Signals(signum).name} after step" in said[0], err
+    assert "--resume" in said[0] and "Traceback" not in err
+    assert not (tmp_path / "p.params").exists()
+    assert 6 <= torch.load(ckpt, weights_only=True)["step"] < 40 * 6  # 6 steps an epoch
+
+    code, _, err = cli(*common, "--resume")
+    assert code == 0 and "resuming from" in err and (tmp_path / "p.params").exists(), err
+
+
 def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
     assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1,
