@@ -1,8 +1,14 @@
 """File helpers without torch, shared by the library and world.py."""
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 
 def new_file_mode():
@@ -28,3 +34,40 @@ def atomic_write(path, write):
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+class PathInUse(Exception):
+    """Another live process holds the lock on a path."""
+
+
+@contextlib.contextmanager
+def exclusive_lock(path):
+    """
+    Hold an exclusive lock on the file `path` (created if missing, removed on release)
+    for the duration of the with-block, or raise PathInUse with the holder's process id.
+    The operating system releases the lock when its process ends, however it ends, so a
+    crashed run leaves no stale lock. Without fcntl (Windows) there is no lock.
+    """
+    if fcntl is None:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, new_file_mode()), "r+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise PathInUse(f"process {holder}") from None
+        if os.path.exists(path) and os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+            break  # locked the file that is at `path` now (not one a releasing holder just removed)
+        f.close()
+    try:
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        yield
+    finally:
+        os.unlink(path)
+        f.close()

@@ -18,6 +18,7 @@ Mistakes in the input are reported in one line with exit code 2.
 """
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -31,7 +32,7 @@ from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines, question_place_pairs
-from files import atomic_write
+from files import PathInUse, atomic_write, exclusive_lock
 from model import GPT, GPTConfig
 from trainer import (DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig, TrainingDiverged,
                      TrainingInterrupted)
@@ -459,11 +460,34 @@ def start_distributed(device):
     return device
 
 
+@contextlib.contextmanager
+def writer_lock(args):
+    """
+    While pretrain or finetune runs, <writing_params_path>.lock keeps a second run from
+    writing the same params and checkpoint (rank 0 holds it for all of torchrun's ranks).
+    """
+    if args.function == "evaluate" or int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    try:
+        with exclusive_lock(args.writing_params_path + ".lock"):
+            yield
+    except PathInUse as e:
+        raise UsageError(f"--writing_params_path {args.writing_params_path} is being written by another run "
+                         f"({e}); wait for it to end or choose another path") from None
+
+
 def run(args):
     check_outputs_spare_inputs(args)
     for name in OUTPUTS:
         if getattr(args, name):
             check_writable(getattr(args, name), "--" + name)
+    with writer_lock(args):
+        run_checked(args)
+
+
+def run_checked(args):
+    """run() once the outputs are known to be writable and this process may write them."""
     try:
         device = pick_device(args.device)
     except RuntimeError as e:

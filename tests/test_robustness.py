@@ -105,6 +105,27 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, tin
     assert code == 0 and "resuming from" in err and (tmp_path / "p.params").exists(), err
 
 
+def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_world, tmp_path):
+    params, ckpt, lock = tmp_path / "p.params", tmp_path / "p.params.ckpt", tmp_path / "p.params.lock"
+    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 40, *SMALL]
+    first = subprocess.Popen([sys.executable, RUN_PY, *map(str, common)], cwd=RUNS_DIR, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not ckpt.exists() and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.01)
+    code, _, err = cli(*common)
+    alive = first.poll() is None
+    first.kill()
+    first.wait()
+    assert alive, "the first run ended before the second started"
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"is being written by another run (process {first.pid})" in err
+    assert ckpt.exists() and lock.exists(), "the first run's files are left alone"
+
+    code, _, err = cli(*common, "--resume")  # the killed run's lock file is stale: its lock died with it
+    assert code == 0 and "resuming from" in err, err
+    assert params.exists() and not lock.exists()
+
+
 def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
     assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1,
