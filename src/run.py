@@ -19,9 +19,11 @@ Mistakes in the input are reported in one line with exit code 2.
 
 import argparse
 import contextlib
+import json
 import logging
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -42,6 +44,7 @@ from utils import (birthplace_recall, evaluate_places, load_params, params_archi
 
 BLOCK_SIZE = 128
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
+SIZE_DEFAULTS = dict(MODEL, bottleneck_dim=32)  # the model-size flags: what a params file's facts can supply
 LENGTH_GROUPING_POOL = 16  # with --group_by_length, pretraining batches per pool of examples grouped by length
 CUDA_NUM_WORKERS = 4
 TENSORBOARD_ROOT = "expt"  # relative to the working directory
@@ -145,13 +148,15 @@ def check_outputs_spare_inputs(args):
 
 
 def build_parser():
-    needs = "\n".join(f"  {function}: {' '.join('--' + name for name in names)}" for function, names in REQUIRED.items())
+    needs = "\n".join(f"  {function}: {' '.join('--' + name for name in names)}"
+                      for function, names in REQUIRED.items())
     p = OneLineParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                       epilog=f"flags each subcommand needs:\n{needs}")
     p.add_argument("function", choices=["pretrain", "finetune", "evaluate"])
     p.add_argument("variant", choices=["vanilla", "perceiver", "synthesizer"])
     p.add_argument("pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary")
-    p.add_argument("--bottleneck_dim", type=positive_int, default=32, help="perceiver latent length m (default 32)")
+    p.add_argument("--bottleneck_dim", type=positive_int,
+                   help=f"perceiver latent length m (default {SIZE_DEFAULTS['bottleneck_dim']}, or the params' own)")
     p.add_argument("--reading_params_path", help="params to start from (finetune) or to evaluate")
     p.add_argument("--writing_params_path", help="where to save the trained params")
     p.add_argument("--finetune_corpus_path", help="question<TAB>place pairs to finetune on")
@@ -167,13 +172,15 @@ def build_parser():
     g.add_argument("--max_epochs", type=positive_int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)")
     g.add_argument("--batch_size", type=positive_int, help="batch size (pretrain 128, finetune 256)")
     g.add_argument("--dropout", type=probability, help="dropout of embeddings, attention and residuals (default 0.1)")
-    g.add_argument("--n_layer", type=positive_int, default=MODEL["n_layer"],
-                   help=f"Transformer blocks (default {MODEL['n_layer']}; the perceiver's first and last are its "
-                        "down- and up-projection)")
-    g.add_argument("--n_head", type=positive_int, default=MODEL["n_head"],
-                   help=f"attention heads per block (default {MODEL['n_head']}; must divide --n_embd)")
-    g.add_argument("--n_embd", type=positive_int, default=MODEL["n_embd"],
-                   help=f"width of the embeddings and every block (default {MODEL['n_embd']})")
+    g.add_argument("--n_layer", type=positive_int,
+                   help=f"Transformer blocks (default {MODEL['n_layer']}, or the params' own; the perceiver's "
+                        "first and last are its down- and up-projection)")
+    g.add_argument("--n_head", type=positive_int,
+                   help=f"attention heads per block (default {MODEL['n_head']}, or the params' own; "
+                        "must divide --n_embd)")
+    g.add_argument("--n_embd", type=positive_int,
+                   help=f"width of the embeddings and every block (default {MODEL['n_embd']}, or the params' "
+                        "own)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     g.add_argument("--num_workers", type=int, choices=range(0, 65), metavar="N", help="DataLoader worker processes (default: 4 with CUDA, else 0)")
@@ -256,6 +263,59 @@ def training_settings(args):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     return settings
+
+
+def vocabulary(pretrain_dataset):
+    """The corpus's characters in id order (the pad and mask, ids 0 and 1, left out)."""
+    return "".join(pretrain_dataset.itos[i] for i in range(2, pretrain_dataset.vocab_size))
+
+
+def params_facts(args, pretrain_dataset):
+    """What a params file is: written beside it as <params>.json, and into the checkpoint."""
+    facts = dict(variant=args.variant, **{flag: getattr(args, flag) for flag in SIZE_DEFAULTS})
+    if args.variant != "perceiver":
+        del facts["bottleneck_dim"]
+    return dict(facts, block_size=BLOCK_SIZE, vocabulary=vocabulary(pretrain_dataset), recipe=args.recipe,
+                command=args.command)
+
+
+def read_facts(params_path):
+    """The facts beside a params file, or None where there are none (params of the course's code, say)."""
+    path = params_path + ".json"
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            facts = json.load(f)
+        if not isinstance(facts, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path} (what {params_path} is) cannot be read: {short_reason(e)}; "
+                         "delete it to go by the command line alone") from None
+    return facts
+
+
+def resolve_model_flags(args, facts):
+    """
+    The model-size flags left out take the params' own sizes (from their facts) or the
+    defaults; a flag that contradicts the params' facts is refused.
+    """
+    for flag, default in SIZE_DEFAULTS.items():
+        given, trained = getattr(args, flag), (facts or {}).get(flag)
+        if given is not None and trained is not None and given != trained:
+            raise UsageError(f"params file {args.reading_params_path} was trained with --{flag} {trained} "
+                             f"(its {args.reading_params_path}.json says so), not {given}: leave --{flag} out")
+        setattr(args, flag, given if given is not None else trained if trained is not None else default)
+
+
+def check_vocabulary(args, facts, pretrain_dataset):
+    """Params trained over another vocabulary would read every character as another one: refused."""
+    if facts is None or "vocabulary" not in facts or facts["vocabulary"] == vocabulary(pretrain_dataset):
+        return
+    theirs, ours = set(facts["vocabulary"]), set(vocabulary(pretrain_dataset))
+    raise UsageError(f"params file {args.reading_params_path} was pretrained on a corpus with another vocabulary "
+                     f"than {args.pretrain_corpus_path} ({len(theirs - ours)} characters only there, "
+                     f"{len(ours - theirs)} only here): pass the corpus it was pretrained on")
 
 
 def build_model(args, vocab_size, dropout):
@@ -387,6 +447,7 @@ def train(args, settings, model, dataset, pretrain_dataset, device, learning_rat
         resume=args.resume,
         data_seed=args.seed,
         epoch_end=probe,
+        run_facts=params_facts(args, pretrain_dataset),
         run_identity=dict(
             function=args.function, variant=args.variant, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
             bottleneck_dim=args.bottleneck_dim if args.variant == "perceiver" else None,
@@ -412,6 +473,8 @@ def train(args, settings, model, dataset, pretrain_dataset, device, learning_rat
             config.writer.close()
     if rank == 0:
         save_params(model, args.writing_params_path)
+        facts = json.dumps(config.run_facts, indent=1, ensure_ascii=False) + "\n"
+        atomic_write(args.writing_params_path + ".json", lambda f: f.write(facts.encode("utf-8")))
         if not args.keep_checkpoint:
             os.remove(config.checkpoint_path)
 
@@ -495,6 +558,9 @@ def run_checked(args):
     if args.num_workers is None:
         args.num_workers = CUDA_NUM_WORKERS if device.type == "cuda" else 0
     pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
+    facts = read_facts(args.reading_params_path) if args.reading_params_path else None
+    resolve_model_flags(args, facts)
+    check_vocabulary(args, facts, pretrain_dataset)
     if args.function == "finetune":
         finetune_dataset = pairs_dataset(pretrain_dataset, args.finetune_corpus_path, "finetuning corpus")
     train_dataset = pretrain_dataset
@@ -524,8 +590,10 @@ def run_checked(args):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command = shlex.join(["run.py", *argv])
     missing = [f"--{name}" for name in REQUIRED[args.function] if not getattr(args, name)]
     if missing:
         parser.error(f"{args.function} needs {' and '.join(missing)}")

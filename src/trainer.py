@@ -101,6 +101,7 @@ class TrainerConfig:
     checkpoint_minutes = None  # also write it every this many minutes within an epoch
     resume = False  # continue from checkpoint_path if it exists
     run_identity = None  # a dict saved in the checkpoint; resuming with a different one is refused
+    run_facts = None  # a dict saved in the checkpoint as it is (what the model is), not compared on resume
     data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
     epoch_end = None  # called as epoch_end(epochs_done) on every rank after each epoch, e.g. to probe the model
 
@@ -516,6 +517,7 @@ class Trainer:
             "torch_random": torch.get_rng_state(),
             "cuda_random": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
             "run_identity": self.config.run_identity,
+            "run_facts": self.config.run_facts,
         }
 
     def restore_torch_random(self, checkpoint):

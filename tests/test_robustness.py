@@ -1,5 +1,6 @@
 """Long runs that survive: checkpoints and resume, atomic files, one-line errors, tolerated inputs, torchrun."""
 
+import json
 import os
 import random
 import signal
@@ -292,6 +293,40 @@ def test_bad_params_files(case, variant, flags, message, params_files, tiny_worl
                          "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", outputs, *SMALL, *flags)
     assert message in err and str(path) in err
     assert not outputs.exists()
+
+
+def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
+    """The facts beside a params file supply the sizes left out and refuse contradicting ones, or another vocabulary."""
+    wiki, dev = tiny_world["wiki.txt"], tiny_world["dev.tsv"]
+    params, outputs = tmp_path / "p.params", tmp_path / "dev.predictions"
+    assert main("pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint",
+                *SMALL) == 0
+    facts = json.loads((tmp_path / "p.params.json").read_text(encoding="utf-8"))
+    text = open(wiki, encoding="utf-8").read()
+    assert {k: facts[k] for k in ["variant", "n_layer", "n_head", "n_embd", "block_size"]} == \
+        dict(variant="vanilla", n_layer=2, n_head=2, n_embd=16, block_size=128)
+    assert facts["vocabulary"] == "".join(sorted(set(text))) and "pretrain vanilla" in facts["command"]
+    assert torch.load(tmp_path / "p.params.ckpt", weights_only=True)["run_facts"] == facts
+    assert set(torch.load(params, weights_only=True)) == set(GPT(GPTConfig(len(facts["vocabulary"]) + 2, 128,
+                                                                           n_layer=2, n_head=2, n_embd=16)).state_dict())
+
+    no_sizes = ["--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
+    assert main("evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path", dev,
+                "--outputs_path", outputs, *no_sizes) == 0, "the sizes come from the facts"
+    err = one_line_error(capsys, "evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path",
+                         dev, "--outputs_path", tmp_path / "other", *no_sizes, "--n_head", "8")
+    assert "was trained with --n_head 2" in err and "not 8" in err
+    swapped = tmp_path / "swapped.txt"  # one character swapped for another: a vocabulary of the same size
+    absent = next(c for c in "QXZqxz#@" if c not in text)
+    swapped.write_text(text.replace(sorted(set(text) - {"\n", " "})[-1], absent), encoding="utf-8")
+    err = one_line_error(capsys, "evaluate", "vanilla", swapped, "--reading_params_path", params, "--eval_corpus_path",
+                         dev, "--outputs_path", tmp_path / "other", *no_sizes)
+    assert "another vocabulary" in err and "1 characters only there, 1 only here" in err
+    assert not (tmp_path / "other").exists()
+
+    (tmp_path / "p.params.json").unlink()  # params without facts (the course's): the flags decide, as before
+    assert main("evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path", dev,
+                "--outputs_path", outputs, *SMALL[:2], "--n_head", "4", "--n_embd", "16", *no_sizes) == 0
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "not utf-8", "empty", "blank lines only"])
