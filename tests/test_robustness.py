@@ -254,7 +254,10 @@ def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path):
 
 @pytest.fixture(scope="module")
 def params_files(tiny_world, tmp_path_factory):
-    """Params of several kinds, trained for one epoch on the tiny world."""
+    """
+    Params of several kinds, trained for one epoch on the tiny world, without the facts beside
+    them (as the course's code writes params): the checks that read the weights alone.
+    """
     folder = tmp_path_factory.mktemp("params")
     wiki = tiny_world["wiki.txt"]
     files = {}
@@ -263,6 +266,7 @@ def params_files(tiny_world, tmp_path_factory):
         files[name] = folder / f"{name}.params"
         assert main("pretrain", extra[0], wiki, "--writing_params_path", files[name], "--max_epochs", 1, *SMALL,
                     *extra[1:]) == 0
+        (folder / f"{name}.params.json").unlink()
     data = files["vanilla"].read_bytes()
     files["truncated"] = folder / "truncated.params"
     files["truncated"].write_bytes(data[: len(data) // 2])
