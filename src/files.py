@@ -60,8 +60,11 @@ def exclusive_lock(path):
             holder = f.read().strip() or "unknown"
             f.close()
             raise PathInUse(f"process {holder}") from None
-        if os.path.exists(path) and os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
-            break  # locked the file that is at `path` now (not one a releasing holder just removed)
+        try:
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                break  # locked the file that is at `path` now (not one a releasing holder just removed)
+        except FileNotFoundError:
+            pass
         f.close()
     try:
         f.truncate()

@@ -310,9 +310,10 @@ def resolve_model_flags(args, facts):
 
 def check_vocabulary(args, facts, pretrain_dataset):
     """Params trained over another vocabulary would read every character as another one: refused."""
-    if facts is None or "vocabulary" not in facts or facts["vocabulary"] == vocabulary(pretrain_dataset):
+    ours = vocabulary(pretrain_dataset)
+    if facts is None or facts.get("vocabulary", ours) == ours:
         return
-    theirs, ours = set(facts["vocabulary"]), set(vocabulary(pretrain_dataset))
+    theirs, ours = set(facts["vocabulary"]), set(ours)
     raise UsageError(f"params file {args.reading_params_path} was pretrained on a corpus with another vocabulary "
                      f"than {args.pretrain_corpus_path} ({len(theirs - ours)} characters only there, "
                      f"{len(ours - theirs)} only here): pass the corpus it was pretrained on")
