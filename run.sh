@@ -10,10 +10,88 @@
 #   ./run.sh --max_epochs 1 ...   any run.py overrides, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)
 #
+#   ./run.sh demo                 no data and no GPU needed: the experiment on a generated world (README, "The demo")
+#
 # Stops at the first failing command. PYTHON picks the interpreter (default: python3).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
+
+step() {  # step DESCRIPTION COMMAND...: say what comes, then run it
+  echo "== $1" >&2
+  "${@:2}"
+}
+
+run_echoed() {  # run a command, echoing it first
+  echo "   $*" >&2
+  "$@"
+}
+
+percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
+  echo "${1##*: }"
+}
+
+# The demo: src/world.py writes the assignment's four files for generated people into
+# DEMO_DIR/world; vanilla is pretrained on their biographies, finetuned on the training
+# people's questions and evaluated on the dev people's, against the same finetuning
+# without pretraining and the most frequent training birthplace. DEMO_SEED seeds the world
+# and the training; DEMO_WORLD (world.py's flags) and DEMO_EPOCHS (pretraining epochs)
+# shrink it (the tests run a small one).
+DEMO_DIR=${DEMO_DIR:-demo}
+DEMO_SEED=${DEMO_SEED:-0}
+DEMO_WORLD=${DEMO_WORLD:-"--n_train 80 --n_dev 20 --n_test 10 --n_places 30 --bios_per_person 3 --shuffle_sentences --full_names"}
+DEMO_EPOCHS=${DEMO_EPOCHS:-150}
+DEMO_MODEL=(--n_layer 2 --n_head 4 --n_embd 128 --dropout 0)
+
+demo() {
+  local dir=$DEMO_DIR w=$DEMO_DIR/world
+  local world
+  read -r -a world <<< "$DEMO_WORLD"
+  mkdir -p "$dir"
+  step "demo world" run_echoed "$PY" src/world.py "$w" "${world[@]}" --seed "$DEMO_SEED" >&2
+  step "pretraining" run_echoed "$PY" src/run.py pretrain vanilla "$w/wiki.txt" "${DEMO_MODEL[@]}" --seed "$DEMO_SEED" \
+    --max_epochs "$DEMO_EPOCHS" --batch_size 32 --pretrain_lr 3e-3 \
+    --probe_corpus_path "$w/birth_dev.tsv" --probe_every "$DEMO_EPOCHS" --writing_params_path "$dir/pretrain.params" \
+    2>&1 | tee "$dir/pretrain.log" >&2
+  local recall
+  recall=$(grep -ao 'recalls [0-9]* of [0-9]* birthplaces' "$dir/pretrain.log" | tail -1)
+  step "finetuning the pretrained model" run_echoed "$PY" src/run.py finetune vanilla "$w/wiki.txt" \
+    --reading_params_path "$dir/pretrain.params" --writing_params_path "$dir/finetune.params" \
+    --finetune_corpus_path "$w/birth_places_train.tsv" --max_epochs 10 --batch_size 32 --finetune_lr 1e-3 --dropout 0 \
+    --seed "$DEMO_SEED"
+  local pretrained scratch baseline
+  pretrained=$(step "pretrain+finetune: dev" run_echoed "$PY" src/run.py evaluate vanilla "$w/wiki.txt" \
+    --reading_params_path "$dir/finetune.params" --eval_corpus_path "$w/birth_dev.tsv" \
+    --outputs_path "$dir/pretrained.dev.predictions")
+  step "finetuning without pretraining" run_echoed "$PY" src/run.py finetune vanilla "$w/wiki.txt" "${DEMO_MODEL[@]}" \
+    --writing_params_path "$dir/scratch.params" --finetune_corpus_path "$w/birth_places_train.tsv" \
+    --max_epochs 75 --batch_size 32 --finetune_lr 1e-3 --seed "$DEMO_SEED"
+  scratch=$(step "finetune only: dev" run_echoed "$PY" src/run.py evaluate vanilla "$w/wiki.txt" \
+    --reading_params_path "$dir/scratch.params" --eval_corpus_path "$w/birth_dev.tsv" \
+    --outputs_path "$dir/scratch.dev.predictions")
+  baseline=$(step "most frequent training birthplace: dev" run_echoed "$PY" src/london_baseline.py "$w/birth_dev.tsv" \
+    --most_frequent_in "$w/birth_places_train.tsv")
+  echo
+  echo "pretrained model, continuing the dev people's biographies: ${recall#recalls } recalled"
+  echo
+  echo "| run | dev: correct out of total: accuracy |"
+  echo "| --- | --- |"
+  echo "| pretrain+finetune | ${pretrained#Correct: } |"
+  echo "| finetune only | ${scratch#Correct: } |"
+  echo "| most frequent training birthplace | ${baseline#Correct: } |"
+  echo
+  echo "demo result: pretrain+finetune $(percent "$pretrained"), finetune only $(percent "$scratch"), most-frequent-place $(percent "$baseline")"
+}
+
+if [[ ${1:-} == demo ]]; then
+  if (( $# > 1 )); then
+    echo "run.sh: demo takes no arguments (DEMO_WORLD and DEMO_EPOCHS shrink it, DEMO_SEED seeds it)" >&2
+    exit 2
+  fi
+  demo
+  exit
+fi
+
 OVERRIDES=("$@")
 
 for f in wiki.txt birth_places_train.tsv birth_dev.tsv birth_test_inputs.tsv; do
@@ -29,16 +107,6 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 
 RESULTS=()
-
-step() {  # step DESCRIPTION COMMAND...: say what comes, then run it
-  echo "== $1" >&2
-  "${@:2}"
-}
-
-run_echoed() {  # run a command, echoing it first
-  echo "   $*" >&2
-  "$@"
-}
 
 run_py() {  # (the ${a[@]+...} form keeps empty arrays working under set -u in bash 3, as on macOS)
   run_echoed "$PY" src/run.py "$@" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
