@@ -27,11 +27,14 @@ from pathlib import Path
 
 import torch
 
-from dataset import CharCorruptionDataset, NameDataset, corpus_lines
-from model import GPT, GPTConfig
-from run import BLOCK_SIZE, HANDOUT, LENGTH_GROUPING_POOL, MODEL
+from config import BLOCK_SIZE, HANDOUT, LENGTH_GROUPING_POOL, MODEL
+from dataset import CharCorruptionDataset, NameDataset, read_questions
+from decoding import predict_places
+from distributed import pick_device
+from files import DATA_DIR
+from model import GPT, variant_config
 from trainer import Trainer, TrainerConfig
-from utils import DATA_DIR, pick_device, predict_places, set_seed
+from utils import set_seed
 from world import FILES, write_world
 
 PERCEIVER_BOTTLENECK = 64  # the handout's perceiver runs
@@ -39,8 +42,8 @@ SWEEP_STEPS = 3
 
 
 def model_config(variant, vocab_size, block_size):
-    return GPTConfig(vocab_size, block_size, perceiver=variant == "perceiver", bottleneck_dim=PERCEIVER_BOTTLENECK,
-                     synthesizer=variant == "synthesizer", **MODEL)
+    """The handout's model of a variant (the perceiver with the handout's bottleneck)."""
+    return variant_config(variant, vocab_size, block_size, bottleneck_dim=PERCEIVER_BOTTLENECK, **MODEL)
 
 
 def load_data():
@@ -58,8 +61,7 @@ def load_data():
 def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device):
     """One epoch with run.py's settings: (seconds, trainer)."""
     config = TrainerConfig(max_epochs=1, batch_size=batch_size, learning_rate=learning_rate, lr_decay=True,
-                           warmup_tokens=HANDOUT["warmup_tokens"],
-                           final_tokens=HANDOUT["decay_epochs"] * len(dataset) * BLOCK_SIZE,
+                           warmup_tokens=HANDOUT.warmup_tokens, final_tokens=HANDOUT.final_tokens(len(dataset)),
                            skip_padding=skip_padding, bucket_pool=bucket_pool, device=device)
     trainer = Trainer(model, dataset, None, config)
     sync(trainer.device)
@@ -78,18 +80,18 @@ def compare_variant(variant, files, args):
     """Rows of (what, straightforward, fast, unit) for one variant."""
     pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
     names = NameDataset(pretrain, files["birth_places_train.tsv"])
-    questions = [line.split("\t")[0] for line in corpus_lines(files["birth_dev.tsv"])][: args.eval_questions]
+    questions = [question for _, question, _ in read_questions(files["birth_dev.tsv"])][: args.eval_questions]
     results = {}
     for fast in (False, True):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
         pool = LENGTH_GROUPING_POOL if args.group_by_length else 1
-        seconds, trainer = timed_training(model, pretrain, HANDOUT["pretrain_batch_size"], pool, HANDOUT["pretrain_lr"],
+        seconds, trainer = timed_training(model, pretrain, HANDOUT.pretrain_batch_size, pool, HANDOUT.pretrain_lr,
                                           fast, args.device)
         results[fast, "step"] = seconds / trainer.step
         results[fast, "tokens"] = trainer.useful_tokens / seconds
-        results[fast, "finetune"], trainer = timed_training(model, names, HANDOUT["finetune_batch_size"],
-                                                            1, HANDOUT["finetune_lr"], fast,
+        results[fast, "finetune"], trainer = timed_training(model, names, HANDOUT.finetune_batch_size,
+                                                            1, HANDOUT.finetune_lr, fast,
                                                             args.device)
     answers = {}
     for fast in (False, True):

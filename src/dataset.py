@@ -44,15 +44,27 @@ def corpus_lines(text):
     return [line for _, line in numbered_lines(text)]
 
 
-def question_place_pairs(text):
-    """[(line number, question, place)] of the lines "question<TAB>place" of `text`; ValueError names a line that is not."""
-    pairs = []
+def read_questions(text, answered=None):
+    """
+    [(line number, question, place or None)] of a file of questions: "question<TAB>place"
+    on every line, or "question" alone on every line (a test file); answered=True asks for
+    places. ValueError names the first line that breaks the pattern.
+    """
+    rows, places_required = [], answered
     for lineno, line in numbered_lines(text):
         fields = line.split("\t")
-        if len(fields) != 2:
+        if len(fields) > 2 or (places_required and len(fields) != 2):
             raise ValueError(f"line {lineno}: expected 'question<TAB>place', got {len(fields)} field(s)")
-        pairs.append((lineno, *fields))
-    return pairs
+        if answered is not None and answered != (len(fields) == 2):
+            raise ValueError(f"line {lineno}: expected 'question' on every line or 'question<TAB>place' on every line")
+        answered = len(fields) == 2
+        rows.append((lineno, fields[0], fields[1] if answered else None))
+    return rows
+
+
+def question_place_pairs(text):
+    """[(line number, question, place)] of the lines "question<TAB>place" of `text`; ValueError names a line that is not."""
+    return read_questions(text, answered=True)
 
 
 class CharCorruptionDataset(Dataset):
@@ -149,7 +161,7 @@ def main(argv=None):
     """python src/dataset.py {namedata,charcorruption}: print a few decoded examples."""
     import argparse
 
-    from utils import resolve_data_path
+    from files import resolve_data_path
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("dataset_type", choices=["namedata", "charcorruption"])

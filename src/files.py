@@ -1,4 +1,4 @@
-"""File helpers without torch, shared by the library and world.py."""
+"""File helpers without torch, shared by the library and world.py: data paths, atomic writes, locks."""
 
 import contextlib
 import os
@@ -9,6 +9,23 @@ try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+def resolve_data_path(path):
+    """A bare data file name that is not in the current directory is looked up in the repository's data/."""
+    if path is not None and not os.path.exists(path) and os.path.dirname(path) == "":
+        candidate = DATA_DIR / path
+        if candidate.exists():
+            return str(candidate)
+    return path
+
+
+def short_reason(error):
+    """An exception's message cut to its first sentence, for one-line error reports."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text.split(". ")[0]
 
 
 def new_file_mode():

@@ -9,14 +9,15 @@ import argparse
 import collections
 import sys
 
-from dataset import corpus_lines
-from utils import evaluate_places, resolve_data_path, score_line
+from dataset import read_questions
+from files import resolve_data_path
+from utils import evaluate_places, score_line
 
 
 def most_frequent_place(path):
     """The most common place of a question<TAB>place file (the first seen among ties)."""
     with open(path, encoding="utf-8") as f:
-        places = [line.split("\t")[1] for line in corpus_lines(f.read()) if "\t" in line]
+        places = [place for _, _, place in read_questions(f.read()) if place is not None]
     if not places:
         raise ValueError(f"{path} has no places")
     return collections.Counter(places).most_common(1)[0][0]
@@ -33,7 +34,7 @@ def main(argv=None):
     try:
         place = most_frequent_place(resolve_data_path(args.most_frequent_in)) if args.most_frequent_in else args.place
         with open(path, encoding="utf-8") as f:
-            n_questions = len(corpus_lines(f.read()))
+            n_questions = len(read_questions(f.read()))
         total, correct = evaluate_places(path, [place] * n_questions)
     except (OSError, ValueError) as e:
         print(f"london_baseline.py: error: {e}", file=sys.stderr)

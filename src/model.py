@@ -38,6 +38,18 @@ class GPTConfig:
             setattr(self, k, v)
 
 
+VARIANTS = ("vanilla", "perceiver", "synthesizer")
+
+
+def variant_config(variant, vocab_size, block_size, n_layer, n_head, n_embd, bottleneck_dim=None, dropout=0.1):
+    """The GPTConfig of a variant by its name: the one place where a name becomes a model."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant}")
+    return GPTConfig(vocab_size, block_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                     perceiver=variant == "perceiver", bottleneck_dim=bottleneck_dim if variant == "perceiver" else None,
+                     synthesizer=variant == "synthesizer", embd_pdrop=dropout, attn_pdrop=dropout, resid_pdrop=dropout)
+
+
 class KVCache(dict):
     """Per-attention-module keys/values for incremental decoding; `length` tokens are in it."""
 

@@ -19,7 +19,7 @@ Mistakes in the input are reported in one line with exit code 2.
 
 import argparse
 import contextlib
-import json
+import dataclasses
 import logging
 import math
 import os
@@ -29,52 +29,22 @@ import tempfile
 import time
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
-from dataset import CharCorruptionDataset, NameDataset, known_characters, numbered_lines, question_place_pairs
-from files import PathInUse, atomic_write, exclusive_lock
-from model import GPT, GPTConfig
+from checkpoint import ParamsError, load_fitting_params, read_facts, save_params, write_facts
+from config import BLOCK_SIZE, LENGTH_GROUPING_POOL, MODEL, RECIPES, SIZE_DEFAULTS
+from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
+from decoding import birthplace_recall, predict_places
+from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
+from files import PathInUse, atomic_write, exclusive_lock, resolve_data_path
+from model import GPT, VARIANTS, variant_config
 from trainer import (DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig, TrainingDiverged,
                      TrainingInterrupted)
-from utils import (birthplace_recall, evaluate_places, load_params, params_architecture, pick_device, predict_places,
-                   rank_and_world_size, read_state_dict, resolve_data_path, save_params, score_line, set_seed,
-                   short_reason)
+from utils import evaluate_places, score_line, set_seed
 
-BLOCK_SIZE = 128
-MODEL = dict(n_layer=4, n_head=8, n_embd=256)
-SIZE_DEFAULTS = dict(MODEL, bottleneck_dim=32)  # the model-size flags: what a params file's facts can supply
-LENGTH_GROUPING_POOL = 16  # with --group_by_length, pretraining batches per pool of examples grouped by length
 CUDA_NUM_WORKERS = 4
 TENSORBOARD_ROOT = "expt"  # relative to the working directory
-ANSWER_STEPS = 32
-
-# The handout's training settings. The learning rate warms up over warmup_tokens, then
-# follows the course's cosine (floored at 10% of its peak, rising again after its half
-# period; trainer.py) whose half period is decay_epochs epochs of the pretraining corpus
-# (block_size tokens per document; with --mix_corpus_path, of corpus and pairs), in
-# finetuning too.
-HANDOUT = dict(
-    pretrain_epochs=650,
-    pretrain_batch_size=128,
-    pretrain_lr=6e-3,
-    finetune_epochs_from_scratch=75,
-    finetune_epochs_from_pretrained=10,
-    finetune_batch_size=256,
-    finetune_lr=6e-4,
-    dropout=0.1,
-    warmup_tokens=512 * 20,
-    decay_epochs=200,
-)
-# --recipe: named sets of settings; the handout's for whatever a recipe leaves out.
-# Flags given on the command line (--pretrain_lr, --max_epochs, --batch_size, --dropout, ...) win over both.
-RECIPES = {
-    "handout": HANDOUT,
-    # A short CPU schedule, chosen with the earlier optimisation (README: "Pretraining on a CPU").
-    "cpu": dict(HANDOUT, pretrain_epochs=90, pretrain_batch_size=32, pretrain_lr=1e-3, dropout=0.0,
-                warmup_tokens=127 * 2937, decay_epochs=90),
-}
 
 REQUIRED = {
     "pretrain": ["writing_params_path"],
@@ -153,7 +123,7 @@ def build_parser():
     p = OneLineParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                       epilog=f"flags each subcommand needs:\n{needs}")
     p.add_argument("function", choices=["pretrain", "finetune", "evaluate"])
-    p.add_argument("variant", choices=["vanilla", "perceiver", "synthesizer"])
+    p.add_argument("variant", choices=VARIANTS)
     p.add_argument("pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary")
     p.add_argument("--bottleneck_dim", type=positive_int,
                    help=f"perceiver latent length m (default {SIZE_DEFAULTS['bottleneck_dim']}, or the params' own)")
@@ -239,6 +209,11 @@ def read_pairs(path, what, parse):
         raise UsageError(f"{resolve_data_path(path)}: {e}") from None
 
 
+def report_dropped(count, what):
+    if count and launch_rank() == 0:
+        print(f"dropped {count} character(s) outside the pretraining vocabulary from the {what}", file=sys.stderr)
+
+
 def pretraining_dataset(path):
     """The corpus at `path` as span-corruption examples (and the vocabulary); a reserved character is one line."""
     try:
@@ -250,19 +225,8 @@ def pretraining_dataset(path):
 def pairs_dataset(pretrain_dataset, path, what):
     """The question<TAB>place pairs at `path` as finetuning examples."""
     pairs = read_pairs(path, what, lambda text: NameDataset(pretrain_dataset, text))
-    if pairs.dropped_characters and rank_and_world_size()[0] == 0:
-        print(f"dropped {pairs.dropped_characters} character(s) outside the pretraining vocabulary from the {what}",
-              file=sys.stderr)
+    report_dropped(pairs.dropped_characters, what)
     return pairs
-
-
-def training_settings(args):
-    """The recipe's settings, with the learning rates and dropout given on the command line put in."""
-    settings = dict(RECIPES[args.recipe])
-    for key in ("pretrain_lr", "finetune_lr", "dropout"):
-        if getattr(args, key) is not None:
-            settings[key] = getattr(args, key)
-    return settings
 
 
 def vocabulary(pretrain_dataset):
@@ -270,42 +234,38 @@ def vocabulary(pretrain_dataset):
     return "".join(pretrain_dataset.itos[i] for i in range(2, pretrain_dataset.vocab_size))
 
 
-def params_facts(args, pretrain_dataset):
+def params_facts(args, sizes, recipe_name, pretrain_dataset, command):
     """What a params file is: written beside it as <params>.json, and into the checkpoint."""
-    facts = dict(variant=args.variant, **{flag: getattr(args, flag) for flag in SIZE_DEFAULTS})
+    facts = dict(variant=args.variant, **sizes)
     if args.variant != "perceiver":
         del facts["bottleneck_dim"]
-    return dict(facts, block_size=BLOCK_SIZE, vocabulary=vocabulary(pretrain_dataset), recipe=args.recipe,
-                command=args.command)
+    return dict(facts, block_size=BLOCK_SIZE, vocabulary=vocabulary(pretrain_dataset), recipe=recipe_name,
+                command=command)
 
 
-def read_facts(params_path):
-    """The facts beside a params file, or None where there are none (params of the course's code, say)."""
-    path = params_path + ".json"
-    if not os.path.exists(path):
+def params_and_facts(args):
+    """The facts beside --reading_params_path (None without one, or for params without facts)."""
+    if not args.reading_params_path:
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            facts = json.load(f)
-        if not isinstance(facts, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path} (what {params_path} is) cannot be read: {short_reason(e)}; "
-                         "delete it to go by the command line alone") from None
-    return facts
+        return read_facts(args.reading_params_path)
+    except ParamsError as e:
+        raise UsageError(str(e)) from None
 
 
-def resolve_model_flags(args, facts):
+def model_sizes(args, facts):
     """
-    The model-size flags left out take the params' own sizes (from their facts) or the
-    defaults; a flag that contradicts the params' facts is refused.
+    The model-size flags: those left out take the params' own sizes (from their facts) or
+    the defaults; a flag that contradicts the params' facts is refused.
     """
+    sizes = {}
     for flag, default in SIZE_DEFAULTS.items():
         given, trained = getattr(args, flag), (facts or {}).get(flag)
         if given is not None and trained is not None and given != trained:
             raise UsageError(f"params file {args.reading_params_path} was trained with --{flag} {trained} "
                              f"(its {args.reading_params_path}.json says so), not {given}: leave --{flag} out")
-        setattr(args, flag, given if given is not None else trained if trained is not None else default)
+        sizes[flag] = given if given is not None else trained if trained is not None else default
+    return sizes
 
 
 def check_vocabulary(args, facts, pretrain_dataset):
@@ -319,96 +279,59 @@ def check_vocabulary(args, facts, pretrain_dataset):
                      f"{len(ours - theirs)} only here): pass the corpus it was pretrained on")
 
 
-def build_model(args, vocab_size, dropout):
-    if args.n_embd % args.n_head:
-        raise UsageError(f"--n_embd {args.n_embd} must be a multiple of --n_head {args.n_head}")
-    if args.variant == "perceiver" and args.n_layer < 2:
+def build_model(args, sizes, pretrain_dataset, dropout):
+    """The seeded model of the command's variant and sizes, with --reading_params_path loaded into it."""
+    if sizes["n_embd"] % sizes["n_head"]:
+        raise UsageError(f"--n_embd {sizes['n_embd']} must be a multiple of --n_head {sizes['n_head']}")
+    if args.variant == "perceiver" and sizes["n_layer"] < 2:
         raise UsageError("the perceiver needs --n_layer 2 or more (a down- and an up-projection block)")
-    if args.variant == "perceiver" and args.bottleneck_dim > BLOCK_SIZE:
-        raise UsageError(f"--bottleneck_dim {args.bottleneck_dim} is more than the block size {BLOCK_SIZE}: "
+    if args.variant == "perceiver" and sizes["bottleneck_dim"] > BLOCK_SIZE:
+        raise UsageError(f"--bottleneck_dim {sizes['bottleneck_dim']} is more than the block size {BLOCK_SIZE}: "
                          "the perceiver's latents cannot outnumber the positions")
-    config = GPTConfig(
-        vocab_size,
-        BLOCK_SIZE,
-        n_layer=args.n_layer,
-        n_head=args.n_head,
-        n_embd=args.n_embd,
-        perceiver=args.variant == "perceiver",
-        bottleneck_dim=args.bottleneck_dim,
-        synthesizer=args.variant == "synthesizer",
-        embd_pdrop=dropout,
-        attn_pdrop=dropout,
-        resid_pdrop=dropout,
-    )
-    return GPT(config)
+    set_seed(args.seed)
+    model = GPT(variant_config(args.variant, pretrain_dataset.vocab_size, BLOCK_SIZE, dropout=dropout, **sizes))
+    if args.reading_params_path:
+        try:
+            load_fitting_params(model, args.reading_params_path, args.variant, args.pretrain_corpus_path, args.function)
+        except ParamsError as e:
+            raise UsageError(str(e)) from None
+    return model
 
 
-def read_params(model, path, args):
-    """Load params into the model, or say in one line why they do not fit it."""
-    try:
-        state = read_state_dict(path)
-    except FileNotFoundError:
-        raise UsageError(f"params file {path} does not exist") from None
-    except Exception as e:
-        raise UsageError(f"params file {path} cannot be read (truncated, or not a params file?): {short_reason(e)}") from None
-    try:
-        found = params_architecture(state)
-    except (KeyError, IndexError, ValueError):
-        raise UsageError(f"params file {path} does not hold a GPT of this project") from None
-    config = model.config
-    trained_m = found.get("bottleneck_dim")
-    if found["variant"] != args.variant or (trained_m is not None and trained_m != config.bottleneck_dim):
-        m = f" with bottleneck_dim {trained_m}" if trained_m else ""
-        flag = f" and --bottleneck_dim {trained_m}" if trained_m else ""
-        raise UsageError(f"params file {path} was trained as {found['variant']}{m}: "
-                         f"{args.function} it with the {found['variant']} variant{flag}")
-    sizes = [f"--{key} {found[key]}" for key in ("n_layer", "n_head", "n_embd")
-             if key in found and found[key] != getattr(config, key)]
-    if sizes:
-        raise UsageError(f"params file {path} holds a model of another size: {args.function} it with {' '.join(sizes)}")
-    if found["vocab_size"] != config.vocab_size:
-        raise UsageError(f"params file {path} has a vocabulary of {found['vocab_size']} characters but the pretraining corpus "
-                         f"{args.pretrain_corpus_path} gives {config.vocab_size}: pass the corpus it was pretrained on")
-    if found["block_size"] != config.block_size:
-        raise UsageError(f"params file {path} has block size {found['block_size']}, this code {config.block_size}")
-    try:
-        load_params(model, state)
-    except (ValueError, RuntimeError) as e:
-        raise UsageError(f"params file {path} does not fit a {args.variant} model of this size: {short_reason(e)}") from None
+def recipe_of(args):
+    """The --recipe's settings, with the learning rates and dropout given on the command line put in."""
+    flags = {key: getattr(args, key) for key in ("pretrain_lr", "finetune_lr", "dropout")}
+    return dataclasses.replace(RECIPES[args.recipe], **{key: v for key, v in flags.items() if v is not None})
 
 
-def tensorboard_writer(args):
+def tensorboard_writer(args, sizes, recipe):
     """A writer of its own for this run: the course's folder name, then the start time and process id."""
     from torch.utils.tensorboard import SummaryWriter
 
     return SummaryWriter(
-        log_dir=f"{TENSORBOARD_ROOT}/{args.function}/{args.tb_expt_name}_{args.variant}_{args.bottleneck_dim}"
-        f"_pt_lr_{args.pretrain_lr}_ft_lr_{args.finetune_lr}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
+        log_dir=f"{TENSORBOARD_ROOT}/{args.function}/{args.tb_expt_name}_{args.variant}_{sizes['bottleneck_dim']}"
+        f"_pt_lr_{recipe.pretrain_lr}_ft_lr_{recipe.finetune_lr}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
     )
 
 
-def checkpoint_path(args):
-    return args.writing_params_path + ".ckpt"
-
-
-def recall_probe(args, model, pretrain_dataset, device, writer):
+def recall_probe(path, every, model, pretrain_dataset, device, writer):
     """
-    epoch_end for pretraining: every --probe_every epochs, report how many probe birthplaces
-    the model recalls from their biographies, and how many of the probe questions it answers.
+    epoch_end for pretraining: every `every` epochs, report how many birthplaces of the
+    question<TAB>place file at `path` the model recalls from their biographies, and how
+    many of its questions it answers.
     """
-    pairs = [(question, place) for _, question, place in
-             read_pairs(args.probe_corpus_path, "probe corpus", question_place_pairs)]
+    pairs = [(question, place) for _, question, place in read_pairs(path, "probe corpus", question_place_pairs)]
     stoi, itos = pretrain_dataset.stoi, pretrain_dataset.itos
     questions = [known_characters(question, stoi)[0] for question, _ in pairs]
 
     def probe(epochs_done):
-        if epochs_done % args.probe_every or rank_and_world_size()[0] != 0:
+        if epochs_done % every or rank_and_world_size()[0] != 0:
             return
         recalled, probed = birthplace_recall(model, pretrain_dataset.data, pairs, stoi, itos, device)
-        answers = predict_places(model, questions, stoi, itos, device, ANSWER_STEPS)
+        answers = predict_places(model, questions, stoi, itos, device)
         answered = sum(answer == place for answer, (_, place) in zip(answers, pairs))
         recall, accuracy = recalled / max(1, probed), answered / len(pairs)
-        tqdm.write(f"epoch {epochs_done}: recalls {recalled} of {probed} birthplaces of {args.probe_corpus_path} "
+        tqdm.write(f"epoch {epochs_done}: recalls {recalled} of {probed} birthplaces of {path} "
                    f"({recall:.1%}), answers {answered} of its {len(pairs)} questions ({accuracy:.1%})", file=sys.stderr)
         if writer is not None:
             writer.add_scalar("probe/recall", recall, epochs_done)
@@ -417,90 +340,130 @@ def recall_probe(args, model, pretrain_dataset, device, writer):
     return probe
 
 
-def train(args, settings, model, dataset, pretrain_dataset, device, learning_rate, epochs, batch_size):
-    """Train with the recipe's schedule (or the overrides), keeping a checkpoint; save the params on rank 0."""
+@dataclasses.dataclass
+class Schedule:
+    """What one training run does: its examples, epochs, batch size and peak learning rate."""
+
+    dataset: object
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    schedule_examples: int  # examples per epoch of the cosine's decay_epochs
+
+
+def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, device):
+    """Train with the recipe's schedule (or the overrides), keeping a checkpoint; save the params and facts on rank 0."""
     rank, _ = rank_and_world_size()
-    epochs, batch_size = args.max_epochs or epochs, args.batch_size or batch_size
-    writer = tensorboard_writer(args) if rank == 0 else None
-    # decay_epochs count epochs of what pretraining trains on (the corpus, with any mixed pairs)
-    schedule_examples = len(dataset) if args.function == "pretrain" else len(pretrain_dataset)
+    epochs, batch_size = args.max_epochs or schedule.epochs, args.batch_size or schedule.batch_size
+    writer = tensorboard_writer(args, sizes, recipe) if rank == 0 else None
     probe = None
     if args.function == "pretrain" and args.probe_corpus_path:
-        probe = recall_probe(args, model, pretrain_dataset, device, writer)
+        probe = recall_probe(args.probe_corpus_path, args.probe_every, model, pretrain_dataset, device, writer)
+    checkpoint_path = args.writing_params_path + ".ckpt"
     config = TrainerConfig(
         max_epochs=epochs,
         batch_size=batch_size,
-        learning_rate=learning_rate,
+        learning_rate=schedule.learning_rate,
         lr_decay=True,
         lr_schedule=args.lr_schedule,
         decay_groups=args.decay_groups,
-        warmup_tokens=settings["warmup_tokens"],
-        final_tokens=settings["decay_epochs"] * schedule_examples * BLOCK_SIZE,
-        num_workers=args.num_workers,
+        warmup_tokens=recipe.warmup_tokens,
+        final_tokens=recipe.final_tokens(schedule.schedule_examples),
+        num_workers=args.num_workers if args.num_workers is not None else CUDA_NUM_WORKERS if device.type == "cuda" else 0,
         writer=writer,
         device=device,
         skip_padding=not args.full_padding,
         bucket_pool=LENGTH_GROUPING_POOL if args.group_by_length and args.function == "pretrain" else 1,
         precision=args.precision,
         compile=args.compile,
-        checkpoint_path=checkpoint_path(args),
+        checkpoint_path=checkpoint_path,
         checkpoint_minutes=args.checkpoint_minutes,
         resume=args.resume,
         data_seed=args.seed,
         epoch_end=probe,
-        run_facts=params_facts(args, pretrain_dataset),
+        run_facts=params_facts(args, sizes, args.recipe, pretrain_dataset, command),
         run_identity=dict(
-            function=args.function, variant=args.variant, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-            bottleneck_dim=args.bottleneck_dim if args.variant == "perceiver" else None,
-            vocab_size=pretrain_dataset.vocab_size, examples=len(dataset), max_epochs=epochs,
-            batch_size=batch_size, learning_rate=learning_rate, full_padding=args.full_padding,
-            seed=args.seed, recipe=args.recipe, dropout=settings["dropout"], decay_groups=args.decay_groups,
+            function=args.function, variant=args.variant, n_layer=sizes["n_layer"], n_head=sizes["n_head"],
+            n_embd=sizes["n_embd"], bottleneck_dim=sizes["bottleneck_dim"] if args.variant == "perceiver" else None,
+            vocab_size=pretrain_dataset.vocab_size, examples=len(schedule.dataset), max_epochs=epochs,
+            batch_size=batch_size, learning_rate=schedule.learning_rate, full_padding=args.full_padding,
+            seed=args.seed, recipe=args.recipe, dropout=recipe.dropout, decay_groups=args.decay_groups,
             lr_schedule=args.lr_schedule, group_by_length=args.group_by_length, precision=args.precision,
             **({"mix_corpus_path": args.mix_corpus_path} if args.mix_corpus_path else {}),
         ),
     )
-    exists = os.path.exists(config.checkpoint_path)
+    exists = os.path.exists(checkpoint_path)
     if rank == 0 and args.resume and not exists:
-        print(f"no checkpoint at {config.checkpoint_path}: starting from the beginning", file=sys.stderr)
+        print(f"no checkpoint at {checkpoint_path}: starting from the beginning", file=sys.stderr)
     elif rank == 0 and exists and not args.resume:
-        print(f"replacing the earlier run's checkpoint {config.checkpoint_path} (--resume continues it instead)",
+        print(f"replacing the earlier run's checkpoint {checkpoint_path} (--resume continues it instead)",
               file=sys.stderr)
     try:
-        Trainer(model, dataset, None, config).train()
+        Trainer(model, schedule.dataset, None, config).train()
     except (CheckpointError, TrainingDiverged) as e:
         raise UsageError(str(e)) from None
     finally:
-        if config.writer is not None:
-            config.writer.close()
+        if writer is not None:
+            writer.close()
     if rank == 0:
         save_params(model, args.writing_params_path)
-        facts = json.dumps(config.run_facts, indent=1, ensure_ascii=False) + "\n"
-        atomic_write(args.writing_params_path + ".json", lambda f: f.write(facts.encode("utf-8")))
+        write_facts(args.writing_params_path, config.run_facts)
         if not args.keep_checkpoint:
-            os.remove(config.checkpoint_path)
+            os.remove(checkpoint_path)
 
 
-def evaluate(args, model, pretrain_dataset, device):
-    questions, dropped, answered = [], 0, None
-    for lineno, line in numbered_lines(read_text(args.eval_corpus_path, "evaluation corpus")):
-        fields = line.split("\t")
-        has_place = len(fields) == 2
-        if len(fields) > 2 or answered not in (None, has_place):
-            raise UsageError(f"{resolve_data_path(args.eval_corpus_path)} line {lineno}: expected 'question' on every "
-                             "line or 'question<TAB>place' on every line")
-        answered = has_place
-        question, n = known_characters(fields[0], pretrain_dataset.stoi)
+def seed_ranks(seed):
+    """Under torchrun every rank draws the same data (seeded with the model) but its own dropout."""
+    rank, world_size = rank_and_world_size()
+    if world_size > 1:
+        torch.manual_seed(seed + 1 + rank)
+
+
+def pretrain(args, device, command):
+    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
+    sizes, recipe = model_sizes(args, None), recipe_of(args)
+    dataset = pretrain_dataset
+    if args.mix_corpus_path:
+        dataset = ConcatDataset([pretrain_dataset, pairs_dataset(pretrain_dataset, args.mix_corpus_path, "mixed corpus")])
+    model = build_model(args, sizes, pretrain_dataset, recipe.dropout)
+    seed_ranks(args.seed)
+    # decay_epochs count epochs of what pretraining trains on (the corpus, with any mixed pairs)
+    schedule = Schedule(dataset, recipe.pretrain_epochs, recipe.pretrain_batch_size, recipe.pretrain_lr, len(dataset))
+    train(args, command, model, pretrain_dataset, sizes, recipe, schedule, device)
+
+
+def finetune(args, device, command):
+    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
+    facts = params_and_facts(args)
+    sizes, recipe = model_sizes(args, facts), recipe_of(args)
+    check_vocabulary(args, facts, pretrain_dataset)
+    dataset = pairs_dataset(pretrain_dataset, args.finetune_corpus_path, "finetuning corpus")
+    model = build_model(args, sizes, pretrain_dataset, recipe.dropout)
+    seed_ranks(args.seed)
+    from_pretrained = bool(args.reading_params_path)
+    epochs = recipe.finetune_epochs_from_pretrained if from_pretrained else recipe.finetune_epochs_from_scratch
+    # decay_epochs count epochs of the pretraining corpus, as in the course's code
+    schedule = Schedule(dataset, epochs, recipe.finetune_batch_size, recipe.finetune_lr, len(pretrain_dataset))
+    train(args, command, model, pretrain_dataset, sizes, recipe, schedule, device)
+
+
+def evaluate(args, device, command):
+    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
+    facts = params_and_facts(args)
+    sizes, recipe = model_sizes(args, facts), recipe_of(args)
+    check_vocabulary(args, facts, pretrain_dataset)
+    rows = read_pairs(args.eval_corpus_path, "evaluation corpus", read_questions)
+    model = build_model(args, sizes, pretrain_dataset, recipe.dropout).to(device)
+    stoi, itos = pretrain_dataset.stoi, pretrain_dataset.itos
+    questions, dropped = [], 0
+    for _, question, _ in rows:
+        question, n = known_characters(question, stoi)
         questions.append(question)
         dropped += n
+    report_dropped(dropped, "questions")
     rank, world_size = rank_and_world_size()
-    if dropped and rank == 0:
-        print(f"dropped {dropped} character(s) outside the pretraining vocabulary from the questions", file=sys.stderr)
-    predictions = predict_places(model.to(device), questions[rank::world_size], pretrain_dataset.stoi,
-                                 pretrain_dataset.itos, device, ANSWER_STEPS, sequential=args.sequential_decoding)
-    if world_size > 1:  # rank r answered questions r, r + N, ...: interleave them back
-        shards = [None] * world_size
-        dist.all_gather_object(shards, predictions)
-        predictions = [shards[i % world_size][i // world_size] for i in range(len(questions))]
+    share = predict_places(model, questions[rank::world_size], stoi, itos, device, sequential=args.sequential_decoding)
+    predictions = gather_interleaved(share, len(questions))
     if rank != 0:
         return
     atomic_write(args.outputs_path, lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")))
@@ -511,17 +474,7 @@ def evaluate(args, model, pretrain_dataset, device):
         print(f"Predictions written to {args.outputs_path}; no targets provided!")
 
 
-def start_distributed(device):
-    """Join torchrun's process group when launched by torchrun (NCCL on GPUs, gloo on the CPU); this rank's device."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return device
-    if device.type not in ("cuda", "cpu"):
-        raise UsageError(f"torchrun runs on CUDA GPUs or the CPU, not on {device.type} (pass --device cpu)")
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return device
+COMMANDS = {"pretrain": pretrain, "finetune": finetune, "evaluate": evaluate}
 
 
 @contextlib.contextmanager
@@ -530,7 +483,7 @@ def writer_lock(args):
     While pretrain or finetune runs, <writing_params_path>.lock keeps a second run from
     writing the same params and checkpoint (rank 0 holds it for all of torchrun's ranks).
     """
-    if args.function == "evaluate" or int(os.environ.get("RANK", "0")) != 0:
+    if args.function == "evaluate" or launch_rank() != 0:
         yield
         return
     try:
@@ -541,60 +494,24 @@ def writer_lock(args):
                          f"({e}); wait for it to end or choose another path") from None
 
 
-def run(args):
+def run(args, command):
+    """Check the outputs, take the lock, join torchrun's processes, then run the command."""
     check_outputs_spare_inputs(args)
     for name in OUTPUTS:
         if getattr(args, name):
             check_writable(getattr(args, name), "--" + name)
     with writer_lock(args):
-        run_checked(args)
-
-
-def run_checked(args):
-    """run() once the outputs are known to be writable and this process may write them."""
-    try:
-        device = pick_device(args.device)
-    except RuntimeError as e:
-        raise UsageError(str(e)) from None
-    if args.num_workers is None:
-        args.num_workers = CUDA_NUM_WORKERS if device.type == "cuda" else 0
-    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
-    facts = read_facts(args.reading_params_path) if args.reading_params_path else None
-    resolve_model_flags(args, facts)
-    check_vocabulary(args, facts, pretrain_dataset)
-    if args.function == "finetune":
-        finetune_dataset = pairs_dataset(pretrain_dataset, args.finetune_corpus_path, "finetuning corpus")
-    train_dataset = pretrain_dataset
-    if args.function == "pretrain" and args.mix_corpus_path:
-        mixed_pairs = pairs_dataset(pretrain_dataset, args.mix_corpus_path, "mixed corpus")
-        train_dataset = ConcatDataset([pretrain_dataset, mixed_pairs])
-    settings = training_settings(args)
-    args.pretrain_lr, args.finetune_lr = settings["pretrain_lr"], settings["finetune_lr"]
-    set_seed(args.seed)
-    model = build_model(args, pretrain_dataset.vocab_size, settings["dropout"])
-    if args.reading_params_path:
-        read_params(model, args.reading_params_path, args)
-    device = start_distributed(device)
-    if dist.is_initialized():  # every rank draws the same data (seeded above) but its own dropout
-        torch.manual_seed(args.seed + 1 + dist.get_rank())
-
-    if args.function == "pretrain":
-        train(args, settings, model, train_dataset, pretrain_dataset, device, settings["pretrain_lr"],
-              settings["pretrain_epochs"], settings["pretrain_batch_size"])
-    elif args.function == "finetune":
-        from_pretrained = bool(args.reading_params_path)
-        epochs = settings["finetune_epochs_from_pretrained" if from_pretrained else "finetune_epochs_from_scratch"]
-        train(args, settings, model, finetune_dataset, pretrain_dataset, device, settings["finetune_lr"], epochs,
-              settings["finetune_batch_size"])
-    else:
-        evaluate(args, model, pretrain_dataset, device)
+        try:
+            device = start_distributed(pick_device(args.device))
+        except RuntimeError as e:
+            raise UsageError(str(e)) from None
+        COMMANDS[args.function](args, device, command)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.command = shlex.join(["run.py", *argv])
     missing = [f"--{name}" for name in REQUIRED[args.function] if not getattr(args, name)]
     if missing:
         parser.error(f"{args.function} needs {' and '.join(missing)}")
@@ -603,17 +520,17 @@ def main(argv=None):
             parser.error(f"--{flag} is for pretrain")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        run(args)
+        run(args, shlex.join(["run.py", *argv]))
     except UsageError as e:
-        if int(os.environ.get("RANK", "0")) == 0:
+        if launch_rank() == 0:
             print(f"run.py: error: {e}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:
         print(f"run.py: {e}: run the same command with --resume to go on", file=sys.stderr)
         return 128 + e.signum
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     return 0
 
 

@@ -64,8 +64,9 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from files import atomic_write
-from utils import pick_device, rank_and_world_size, save_params, short_reason
+from checkpoint import save_params
+from distributed import pick_device, rank_and_world_size
+from files import atomic_write, short_reason
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
 """The command line, end to end on a small model: every subcommand and variant, and its errors."""
 
+import dataclasses
 import os
 import re
 import shutil
@@ -12,11 +13,12 @@ import pytest
 import torch
 
 import run
+from config import BLOCK_SIZE, HANDOUT, RECIPES
 from conftest import ROOT, RUNS_DIR
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
 from trainer import Trainer
-from utils import save_params
+from checkpoint import save_params
 from world import PLACE_SUFFIXES, write_world
 
 SMALL = ["--n_layer", "3", "--n_head", "2", "--n_embd", "32", "--bottleneck_dim", "16",
@@ -67,8 +69,8 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
 def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):
     """The corpus's newline is in the vocabulary; a model that writes it still gives one line per question."""
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        vocabulary = CharCorruptionDataset(f.read(), run.BLOCK_SIZE)
-    model = GPT(GPTConfig(vocabulary.vocab_size, run.BLOCK_SIZE, n_layer=3, n_head=2, n_embd=32))
+        vocabulary = CharCorruptionDataset(f.read(), BLOCK_SIZE)
+    model = GPT(GPTConfig(vocabulary.vocab_size, BLOCK_SIZE, n_layer=3, n_head=2, n_embd=32))
     with torch.no_grad():  # every position's most likely next character is the newline
         model.ln_f.weight.zero_()
         model.ln_f.bias.fill_(1.0)
@@ -218,13 +220,13 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
 
 def test_recipes_fill_in_the_settings_and_flags_win():
     parser = run.build_parser()
-    handout = run.training_settings(parser.parse_args(["pretrain", "vanilla", "w.txt"]))
-    assert handout == run.HANDOUT and handout["pretrain_lr"] == 6e-3 and handout["dropout"] == 0.1
-    cpu = run.training_settings(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu"]))
-    assert cpu == run.RECIPES["cpu"] and cpu["pretrain_batch_size"] < handout["pretrain_batch_size"]
-    overridden = run.training_settings(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu",
-                                                         "--pretrain_lr", "5e-4", "--dropout", "0.2"]))
-    assert overridden == dict(cpu, pretrain_lr=5e-4, dropout=0.2)
+    handout = run.recipe_of(parser.parse_args(["pretrain", "vanilla", "w.txt"]))
+    assert handout == HANDOUT and handout.pretrain_lr == 6e-3 and handout.dropout == 0.1
+    cpu = run.recipe_of(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu"]))
+    assert cpu == RECIPES["cpu"] and cpu.pretrain_batch_size < handout.pretrain_batch_size
+    overridden = run.recipe_of(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu",
+                                                  "--pretrain_lr", "5e-4", "--dropout", "0.2"]))
+    assert overridden == dataclasses.replace(cpu, pretrain_lr=5e-4, dropout=0.2)
 
 
 def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
@@ -240,7 +242,7 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
     assert params.exists()
     identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
     assert identity["recipe"] == "cpu" and identity["dropout"] == 0.0
-    assert identity["learning_rate"] == run.RECIPES["cpu"]["pretrain_lr"]
+    assert identity["learning_rate"] == RECIPES["cpu"].pretrain_lr
 
 
 def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, monkeypatch):
@@ -263,10 +265,10 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
     assert identity["examples"] == 84 + 60 and identity["mix_corpus_path"] == train
     # the cosine decays over decay_epochs epochs of corpus and pairs; without pairs, of the corpus alone
-    assert configs[0].final_tokens == run.HANDOUT["decay_epochs"] * (84 + 60) * run.BLOCK_SIZE
+    assert configs[0].final_tokens == HANDOUT.decay_epochs * (84 + 60) * BLOCK_SIZE
     assert main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "plain.params", "--max_epochs", 1,
                 *SMALL) == 0
-    assert configs[1].final_tokens == run.HANDOUT["decay_epochs"] * 84 * run.BLOCK_SIZE
+    assert configs[1].final_tokens == HANDOUT.decay_epochs * 84 * BLOCK_SIZE
 
     capsys.readouterr()
     assert main("evaluate", "vanilla", wiki, "--reading_params_path", params,

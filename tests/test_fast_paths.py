@@ -6,7 +6,8 @@ import torch
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig, KVCache
 from trainer import Trainer, TrainerConfig, autocast_dtype, length_buckets, real_lengths
-from utils import predict_places, set_seed
+from decoding import predict_places
+from utils import set_seed
 from world import build_world
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer"]

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
 from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock
-from utils import load_params, save_params
+from checkpoint import load_params, save_params
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer"]
 VOCAB, BLOCK = 40, 32

@@ -403,7 +403,7 @@ def test_bad_evaluation_lines_name_the_file_and_line(params_files, tiny_world, t
     outputs = tmp_path / "p.txt"
     err = one_line_error(capsys, "evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path",
                          params_files["vanilla"], "--eval_corpus_path", tsv, "--outputs_path", outputs, *SMALL)
-    assert f"{tsv} line 2" in err
+    assert f"{tsv}: line 2: expected 'question<TAB>place', got 3 field(s)" in err
     assert not outputs.exists()
 
 

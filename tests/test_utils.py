@@ -12,7 +12,8 @@ import utils
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig
-from utils import birthplace_recall, evaluate_places, sample, score_line, set_seed
+from decoding import birthplace_recall
+from utils import evaluate_places, sample, score_line, set_seed
 
 
 def tiny_model(synthesizer=False):
@@ -72,15 +73,15 @@ def test_set_seed_makes_runs_repeatable():
 
 
 def test_bare_data_names_resolve_to_the_data_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(utils, "DATA_DIR", tmp_path / "data")
+    monkeypatch.setattr(files, "DATA_DIR", tmp_path / "data")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
-    assert utils.resolve_data_path("wiki.txt") == "wiki.txt", "nothing to resolve to"
+    assert files.resolve_data_path("wiki.txt") == "wiki.txt", "nothing to resolve to"
     (tmp_path / "data" / "wiki.txt").write_text("x")
-    assert utils.resolve_data_path("wiki.txt") == str(tmp_path / "data" / "wiki.txt")
-    assert utils.resolve_data_path("sub/wiki.txt") == "sub/wiki.txt", "only bare names resolve"
+    assert files.resolve_data_path("wiki.txt") == str(tmp_path / "data" / "wiki.txt")
+    assert files.resolve_data_path("sub/wiki.txt") == "sub/wiki.txt", "only bare names resolve"
     (tmp_path / "wiki.txt").write_text("here")
-    assert utils.resolve_data_path("wiki.txt") == "wiki.txt", "the current directory wins"
+    assert files.resolve_data_path("wiki.txt") == "wiki.txt", "the current directory wins"
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])

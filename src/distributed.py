@@ -1,0 +1,64 @@
+"""Devices and processes: which device to use, this process's rank, torchrun's process group, gathering results."""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def pick_device(name="auto"):
+    """torch.device for "cuda", "mps", "cpu", or "auto" (the first of those that is available); a torch.device as is."""
+    if isinstance(name, torch.device):
+        return name
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if name == "auto":
+        name = next(device for device, ok in available.items() if ok)
+    elif not available[name]:
+        raise RuntimeError(f"device {name} is not available on this machine (try --device auto)")
+    return torch.device(name)
+
+
+def launched_by_torchrun():
+    """True in the processes torchrun starts with more than one of them."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def launch_rank():
+    """This process's rank as torchrun announces it (0 without torchrun), known before the process group starts."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def rank_and_world_size():
+    """(this process's rank, number of processes) under torch.distributed; (0, 1) otherwise."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def start_distributed(device):
+    """
+    Join torchrun's process group when launched by torchrun (NCCL on GPUs, gloo on the CPU);
+    returns this rank's device. RuntimeError for a device torchrun cannot use.
+    """
+    if not launched_by_torchrun():
+        return device
+    if device.type not in ("cuda", "cpu"):
+        raise RuntimeError(f"torchrun runs on CUDA GPUs or the CPU, not on {device.type} (pass --device cpu)")
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device
+
+
+def gather_interleaved(items, total):
+    """
+    Every rank's share of a list, where rank r holds items r, r + N, r + 2N, ... of `total`:
+    the whole list, in order, on every rank (the share itself without a process group).
+    """
+    _, world_size = rank_and_world_size()
+    if world_size == 1:
+        return items
+    shares = [None] * world_size
+    dist.all_gather_object(shares, items)
+    return [shares[i % world_size][i // world_size] for i in range(total)]
