@@ -87,7 +87,9 @@ class CausalCrossAttention(nn.Module):
         if x_q.size(0) != x_kv.size(0):
             x_q = x_q.expand(x_kv.size(0), -1, -1)
         q = split_heads(self.query(x_q), self.n_head)
-        k, v = extend_cache(self, cache, split_heads(self.key(x_kv), self.n_head), split_heads(self.value(x_kv), self.n_head))
+        k, v = extend_cache(
+            self, cache, split_heads(self.key(x_kv), self.n_head), split_heads(self.value(x_kv), self.n_head)
+        )
         dropout = self.attn_pdrop if self.training else 0.0
         y = causal_attention(q, k, v, q_start, dropout_p=dropout)
         return self.resid_drop(self.proj(merge_heads(y)))

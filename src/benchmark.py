@@ -9,9 +9,10 @@ pretraining and one of finetuning and answers the dev questions, once the
 straightforward way (every row padded to 128 characters, one question at a time
 without a cache) and once the fast way (every batch cut after its last real target
 and, on the CPU, passes of rows of similar length; with --group_by_length, pretraining
-batches also grouped by length; questions decoded in batches with a KV cache), and prints both figures and their ratio. Both ways use the same model,
-batch sizes and optimizer (the fused AdamW on CUDA and the CPU). The answers of
-both decoders on the same model are compared and must be identical.
+batches also grouped by length; questions decoded in batches with a KV cache), and
+prints both figures and their ratio. Both ways use the same model, batch sizes and
+optimizer (the fused AdamW on CUDA and the CPU). The answers of both decoders on the
+same model are compared and must be identical.
 
 Then it sweeps the block size and prints the time and peak memory of one training
 step (forward, backward, AdamW) for each variant: the cost of vanilla and synthesizer
@@ -60,9 +61,17 @@ def load_data():
 
 def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device):
     """One epoch with run.py's settings: (seconds, trainer)."""
-    config = TrainerConfig(max_epochs=1, batch_size=batch_size, learning_rate=learning_rate, lr_decay=True,
-                           warmup_tokens=HANDOUT.warmup_tokens, final_tokens=HANDOUT.final_tokens(len(dataset)),
-                           skip_padding=skip_padding, bucket_pool=bucket_pool, device=device)
+    config = TrainerConfig(
+        max_epochs=1,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_decay=True,
+        warmup_tokens=HANDOUT.warmup_tokens,
+        final_tokens=HANDOUT.final_tokens(len(dataset)),
+        skip_padding=skip_padding,
+        bucket_pool=bucket_pool,
+        device=device,
+    )
     trainer = Trainer(model, dataset, None, config)
     sync(trainer.device)
     start = time.perf_counter()
@@ -86,17 +95,20 @@ def compare_variant(variant, files, args):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
         pool = LENGTH_GROUPING_POOL if args.group_by_length else 1
-        seconds, trainer = timed_training(model, pretrain, HANDOUT.pretrain_batch_size, pool, HANDOUT.pretrain_lr,
-                                          fast, args.device)
+        seconds, trainer = timed_training(
+            model, pretrain, HANDOUT.pretrain_batch_size, pool, HANDOUT.pretrain_lr, fast, args.device
+        )
         results[fast, "step"] = seconds / trainer.step
         results[fast, "tokens"] = trainer.useful_tokens / seconds
-        results[fast, "finetune"], trainer = timed_training(model, names, HANDOUT.finetune_batch_size,
-                                                            1, HANDOUT.finetune_lr, fast,
-                                                            args.device)
+        results[fast, "finetune"], trainer = timed_training(
+            model, names, HANDOUT.finetune_batch_size, 1, HANDOUT.finetune_lr, fast, args.device
+        )
     answers = {}
     for fast in (False, True):
         start = time.perf_counter()
-        answers[fast] = predict_places(model, questions, pretrain.stoi, pretrain.itos, trainer.device, sequential=not fast)
+        answers[fast] = predict_places(
+            model, questions, pretrain.stoi, pretrain.itos, trainer.device, sequential=not fast
+        )
         sync(trainer.device)
         results[fast, "eval"] = len(questions) / (time.perf_counter() - start)
     if answers[False] != answers[True]:
@@ -105,7 +117,13 @@ def compare_variant(variant, files, args):
         ("pretraining step", results[False, "step"], results[True, "step"], "s", True),
         ("pretraining useful tokens/s", results[False, "tokens"], results[True, "tokens"], "", False),
         ("finetuning epoch", results[False, "finetune"], results[True, "finetune"], "s", True),
-        (f"evaluation questions/s ({len(questions)}, identical answers)", results[False, "eval"], results[True, "eval"], "", False),
+        (
+            f"evaluation questions/s ({len(questions)}, identical answers)",
+            results[False, "eval"],
+            results[True, "eval"],
+            "",
+            False,
+        ),
     ]
 
 
@@ -161,7 +179,9 @@ def sweep(args):
     for block_size in args.sweep:
         for variant in args.variants:
             queue = context.Queue()
-            worker = context.Process(target=measure_step, args=(variant, block_size, args.sweep_batch, args.device, queue))
+            worker = context.Process(
+                target=measure_step, args=(variant, block_size, args.sweep_batch, args.device, queue)
+            )
             worker.start()
             seconds, peak = queue.get()
             worker.join()
@@ -171,14 +191,21 @@ def sweep(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", nargs="+", default=["vanilla", "perceiver", "synthesizer"],
-                        choices=["vanilla", "perceiver", "synthesizer"])
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["vanilla", "perceiver", "synthesizer"],
+        choices=["vanilla", "perceiver", "synthesizer"],
+    )
     parser.add_argument("--eval_questions", type=int, default=500, help="dev questions to answer (default 500)")
     parser.add_argument("--sweep", type=int, nargs="*", default=[128, 256, 512, 1024], help="block sizes to sweep")
     parser.add_argument("--sweep_batch", type=int, default=8, help="batch size of the sweep's steps")
     parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
-    parser.add_argument("--group_by_length", action="store_true",
-                        help="the fast pretraining also groups examples by length, as run.py --group_by_length does")
+    parser.add_argument(
+        "--group_by_length",
+        action="store_true",
+        help="the fast pretraining also groups examples by length, as run.py --group_by_length does",
+    )
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
     args = parser.parse_args(argv)
     args.device = str(pick_device(args.device))
@@ -194,8 +221,10 @@ def main(argv=None):
                 print(f"| {variant} | {what} | {slow:.3g}{unit} | {fast:.3g}{unit} | {ratio:.1f}x |", flush=True)
 
     if args.sweep:
-        print(f"\nOne training step, batch {args.sweep_batch}, sequences of block_size-1 tokens "
-              f"(perceiver m={PERCEIVER_BOTTLENECK}):")
+        print(
+            f"\nOne training step, batch {args.sweep_batch}, sequences of block_size-1 tokens "
+            f"(perceiver m={PERCEIVER_BOTTLENECK}):"
+        )
         print("\n| block size | variant | step time | peak memory |")
         print("| --- | --- | --- | --- |")
         for block_size, variant, seconds, peak in sweep(args):

@@ -71,7 +71,9 @@ def load_fitting_params(model, path, variant, corpus_path, purpose):
     except FileNotFoundError:
         raise ParamsError(f"params file {path} does not exist") from None
     except Exception as e:
-        raise ParamsError(f"params file {path} cannot be read (truncated, or not a params file?): {short_reason(e)}") from None
+        raise ParamsError(
+            f"params file {path} cannot be read (truncated, or not a params file?): {short_reason(e)}"
+        ) from None
     try:
         found = params_architecture(state)
     except (KeyError, IndexError, ValueError):
@@ -81,21 +83,30 @@ def load_fitting_params(model, path, variant, corpus_path, purpose):
     if found["variant"] != variant or (trained_m is not None and trained_m != config.bottleneck_dim):
         m = f" with bottleneck_dim {trained_m}" if trained_m else ""
         flag = f" and --bottleneck_dim {trained_m}" if trained_m else ""
-        raise ParamsError(f"params file {path} was trained as {found['variant']}{m}: "
-                          f"{purpose} it with the {found['variant']} variant{flag}")
-    sizes = [f"--{key} {found[key]}" for key in ("n_layer", "n_head", "n_embd")
-             if key in found and found[key] != getattr(config, key)]
+        raise ParamsError(
+            f"params file {path} was trained as {found['variant']}{m}: "
+            f"{purpose} it with the {found['variant']} variant{flag}"
+        )
+    sizes = [
+        f"--{key} {found[key]}"
+        for key in ("n_layer", "n_head", "n_embd")
+        if key in found and found[key] != getattr(config, key)
+    ]
     if sizes:
         raise ParamsError(f"params file {path} holds a model of another size: {purpose} it with {' '.join(sizes)}")
     if found["vocab_size"] != config.vocab_size:
-        raise ParamsError(f"params file {path} has a vocabulary of {found['vocab_size']} characters but the pretraining "
-                          f"corpus {corpus_path} gives {config.vocab_size}: pass the corpus it was pretrained on")
+        raise ParamsError(
+            f"params file {path} has a vocabulary of {found['vocab_size']} characters but the pretraining "
+            f"corpus {corpus_path} gives {config.vocab_size}: pass the corpus it was pretrained on"
+        )
     if found["block_size"] != config.block_size:
         raise ParamsError(f"params file {path} has block size {found['block_size']}, this code {config.block_size}")
     try:
         load_params(model, state)
     except (ValueError, RuntimeError) as e:
-        raise ParamsError(f"params file {path} does not fit a {variant} model of this size: {short_reason(e)}") from None
+        raise ParamsError(
+            f"params file {path} does not fit a {variant} model of this size: {short_reason(e)}"
+        ) from None
 
 
 def facts_path(params_path):
@@ -119,6 +130,8 @@ def read_facts(params_path):
         if not isinstance(facts, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
-        raise ParamsError(f"{path} (what {params_path} is) cannot be read: {short_reason(e)}; "
-                          "delete it to go by the command line alone") from None
+        raise ParamsError(
+            f"{path} (what {params_path} is) cannot be read: {short_reason(e)}; "
+            "delete it to go by the command line alone"
+        ) from None
     return facts

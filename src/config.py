@@ -44,6 +44,13 @@ HANDOUT = Recipe()
 RECIPES = {
     "handout": HANDOUT,
     # A short CPU schedule, chosen with the earlier optimisation (README: "Pretraining on a CPU").
-    "cpu": dataclasses.replace(HANDOUT, pretrain_epochs=90, pretrain_batch_size=32, pretrain_lr=1e-3, dropout=0.0,
-                               warmup_tokens=127 * 2937, decay_epochs=90),
+    "cpu": dataclasses.replace(
+        HANDOUT,
+        pretrain_epochs=90,
+        pretrain_batch_size=32,
+        pretrain_lr=1e-3,
+        dropout=0.0,
+        warmup_tokens=127 * 2937,
+        decay_epochs=90,
+    ),
 }

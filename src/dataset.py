@@ -18,7 +18,7 @@ import sys
 import torch
 from torch.utils.data import Dataset
 
-PAD_CHAR = "\u25A1"
+PAD_CHAR = "\u25a1"
 MASK_CHAR = "\u2047"
 
 
@@ -63,7 +63,7 @@ def read_questions(text, answered=None):
 
 
 def question_place_pairs(text):
-    """[(line number, question, place)] of the lines "question<TAB>place" of `text`; ValueError names a line that is not."""
+    """[(line number, question, place)] of the lines "question<TAB>place" of `text`; ValueError names a bad line."""
     return read_questions(text, answered=True)
 
 
@@ -90,8 +90,9 @@ class CharCorruptionDataset(Dataset):
         for reserved, name in ((MASK_CHAR, "mask"), (PAD_CHAR, "pad")):
             if reserved in chars:
                 lineno = data.count("\n", 0, data.index(reserved)) + 1
-                raise ValueError(f"line {lineno} holds the {name} character U+{ord(reserved):04X}, "
-                                 "which the model reserves")
+                raise ValueError(
+                    f"line {lineno} holds the {name} character U+{ord(reserved):04X}, which the model reserves"
+                )
         chars = [PAD_CHAR, MASK_CHAR] + chars
         self.stoi = {ch: i for i, ch in enumerate(chars)}
         self.itos = {i: ch for i, ch in enumerate(chars)}

@@ -45,9 +45,19 @@ def variant_config(variant, vocab_size, block_size, n_layer, n_head, n_embd, bot
     """The GPTConfig of a variant by its name: the one place where a name becomes a model."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant}")
-    return GPTConfig(vocab_size, block_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
-                     perceiver=variant == "perceiver", bottleneck_dim=bottleneck_dim if variant == "perceiver" else None,
-                     synthesizer=variant == "synthesizer", embd_pdrop=dropout, attn_pdrop=dropout, resid_pdrop=dropout)
+    return GPTConfig(
+        vocab_size,
+        block_size,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        perceiver=variant == "perceiver",
+        bottleneck_dim=bottleneck_dim if variant == "perceiver" else None,
+        synthesizer=variant == "synthesizer",
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        resid_pdrop=dropout,
+    )
 
 
 class KVCache(dict):

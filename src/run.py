@@ -39,8 +39,16 @@ from decoding import birthplace_recall, predict_places
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from files import PathInUse, atomic_write, exclusive_lock, resolve_data_path
 from model import GPT, VARIANTS, variant_config
-from trainer import (DECAY_GROUPS, LR_SCHEDULES, PRECISIONS, CheckpointError, Trainer, TrainerConfig, TrainingDiverged,
-                     TrainingInterrupted)
+from trainer import (
+    DECAY_GROUPS,
+    LR_SCHEDULES,
+    PRECISIONS,
+    CheckpointError,
+    Trainer,
+    TrainerConfig,
+    TrainingDiverged,
+    TrainingInterrupted,
+)
 from utils import evaluate_places, score_line, set_seed
 
 CUDA_NUM_WORKERS = 4
@@ -102,8 +110,14 @@ def check_writable(path, what):
         raise UsageError(f"{what} {path} cannot be written: {existing} refuses new files ({e.strerror})") from None
 
 
-INPUTS = ("pretrain_corpus_path", "reading_params_path", "finetune_corpus_path", "eval_corpus_path",
-          "probe_corpus_path", "mix_corpus_path")
+INPUTS = (
+    "pretrain_corpus_path",
+    "reading_params_path",
+    "finetune_corpus_path",
+    "eval_corpus_path",
+    "probe_corpus_path",
+    "mix_corpus_path",
+)
 OUTPUTS = ("writing_params_path", "outputs_path")
 
 
@@ -113,20 +127,29 @@ def check_outputs_spare_inputs(args):
     for name in OUTPUTS:
         path = getattr(args, name)
         if path and os.path.realpath(path) in inputs:
-            raise UsageError(f"--{name} {path} is also the --{inputs[os.path.realpath(path)]}: "
-                             "an output never replaces an input")
+            raise UsageError(
+                f"--{name} {path} is also the --{inputs[os.path.realpath(path)]}: an output never replaces an input"
+            )
 
 
 def build_parser():
-    needs = "\n".join(f"  {function}: {' '.join('--' + name for name in names)}"
-                      for function, names in REQUIRED.items())
-    p = OneLineParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                      epilog=f"flags each subcommand needs:\n{needs}")
+    needs = "\n".join(
+        f"  {function}: {' '.join('--' + name for name in names)}" for function, names in REQUIRED.items()
+    )
+    p = OneLineParser(
+        prog="run.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"flags each subcommand needs:\n{needs}",
+    )
     p.add_argument("function", choices=["pretrain", "finetune", "evaluate"])
     p.add_argument("variant", choices=VARIANTS)
     p.add_argument("pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary")
-    p.add_argument("--bottleneck_dim", type=positive_int,
-                   help=f"perceiver latent length m (default {SIZE_DEFAULTS['bottleneck_dim']}, or the params' own)")
+    p.add_argument(
+        "--bottleneck_dim",
+        type=positive_int,
+        help=f"perceiver latent length m (default {SIZE_DEFAULTS['bottleneck_dim']}, or the params' own)",
+    )
     p.add_argument("--reading_params_path", help="params to start from (finetune) or to evaluate")
     p.add_argument("--writing_params_path", help="where to save the trained params")
     p.add_argument("--finetune_corpus_path", help="question<TAB>place pairs to finetune on")
@@ -134,58 +157,111 @@ def build_parser():
     p.add_argument("--outputs_path", help="where to write one predicted place per line")
     p.add_argument("--pretrain_lr", type=positive_float, help="peak pretraining learning rate (default 6e-3)")
     p.add_argument("--finetune_lr", type=positive_float, help="peak finetuning learning rate (default 6e-4)")
-    p.add_argument("--recipe", choices=sorted(RECIPES), default="handout",
-                   help="training settings: the handout's (default), or cpu: a short schedule for a CPU (90 epochs, "
-                        "batch 32; see README)")
+    p.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default="handout",
+        help="training settings: the handout's (default), or cpu: a short schedule for a CPU (90 epochs, "
+        "batch 32; see README)",
+    )
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
     g = p.add_argument_group("overrides for quick runs and experiments (defaults: the handout's)")
-    g.add_argument("--max_epochs", type=positive_int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)")
+    g.add_argument(
+        "--max_epochs", type=positive_int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)"
+    )
     g.add_argument("--batch_size", type=positive_int, help="batch size (pretrain 128, finetune 256)")
     g.add_argument("--dropout", type=probability, help="dropout of embeddings, attention and residuals (default 0.1)")
-    g.add_argument("--n_layer", type=positive_int,
-                   help=f"Transformer blocks (default {MODEL['n_layer']}, or the params' own; the perceiver's "
-                        "first and last are its down- and up-projection)")
-    g.add_argument("--n_head", type=positive_int,
-                   help=f"attention heads per block (default {MODEL['n_head']}, or the params' own; "
-                        "must divide --n_embd)")
-    g.add_argument("--n_embd", type=positive_int,
-                   help=f"width of the embeddings and every block (default {MODEL['n_embd']}, or the params' "
-                        "own)")
+    g.add_argument(
+        "--n_layer",
+        type=positive_int,
+        help=f"Transformer blocks (default {MODEL['n_layer']}, or the params' own; the perceiver's "
+        "first and last are its down- and up-projection)",
+    )
+    g.add_argument(
+        "--n_head",
+        type=positive_int,
+        help=f"attention heads per block (default {MODEL['n_head']}, or the params' own; must divide --n_embd)",
+    )
+    g.add_argument(
+        "--n_embd",
+        type=positive_int,
+        help=f"width of the embeddings and every block (default {MODEL['n_embd']}, or the params' own)",
+    )
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
-    g.add_argument("--num_workers", type=int, choices=range(0, 65), metavar="N", help="DataLoader worker processes (default: 4 with CUDA, else 0)")
+    g.add_argument(
+        "--num_workers",
+        type=int,
+        choices=range(0, 65),
+        metavar="N",
+        help="DataLoader worker processes (default: 4 with CUDA, else 0)",
+    )
     r = p.add_argument_group("pretraining experiments (pretrain)")
-    r.add_argument("--mix_corpus_path", metavar="PATH",
-                   help="also train on these question<TAB>place pairs, in finetuning's format, mixed into every epoch "
-                        "(mixed training; README: \"Pretraining on a CPU\")")
-    r.add_argument("--probe_corpus_path", metavar="PATH",
-                   help="question<TAB>place pairs whose birthplaces the model should come to recall from the corpus: "
-                        "every --probe_every epochs, report how many it completes from their biographies "
-                        "and how many of the questions it answers")
+    r.add_argument(
+        "--mix_corpus_path",
+        metavar="PATH",
+        help="also train on these question<TAB>place pairs, in finetuning's format, mixed into every epoch "
+        '(mixed training; README: "Pretraining on a CPU")',
+    )
+    r.add_argument(
+        "--probe_corpus_path",
+        metavar="PATH",
+        help="question<TAB>place pairs whose birthplaces the model should come to recall from the corpus: "
+        "every --probe_every epochs, report how many it completes from their biographies "
+        "and how many of the questions it answers",
+    )
     r.add_argument("--probe_every", type=positive_int, default=5, metavar="N", help="epochs between probes (default 5)")
     c = p.add_argument_group("checkpoints (pretrain, finetune)")
-    c.add_argument("--resume", action="store_true",
-                   help="continue from <writing_params_path>.ckpt if it exists (same command, same settings)")
-    c.add_argument("--checkpoint_minutes", type=positive_float, metavar="N",
-                   help="also write the checkpoint every N minutes within an epoch (default: after every epoch only)")
+    c.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from <writing_params_path>.ckpt if it exists (same command, same settings)",
+    )
+    c.add_argument(
+        "--checkpoint_minutes",
+        type=positive_float,
+        metavar="N",
+        help="also write the checkpoint every N minutes within an epoch (default: after every epoch only)",
+    )
     c.add_argument("--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes")
     s = p.add_argument_group("speed (the defaults are the fast paths; these switch them off or add to them)")
-    s.add_argument("--full_padding", action="store_true",
-                   help="train on rows padded to the block size instead of batches cut after their last real target")
-    s.add_argument("--sequential_decoding", action="store_true",
-                   help="evaluate one question at a time without a KV cache (same answers, slower)")
+    s.add_argument(
+        "--full_padding",
+        action="store_true",
+        help="train on rows padded to the block size instead of batches cut after their last real target",
+    )
+    s.add_argument(
+        "--sequential_decoding",
+        action="store_true",
+        help="evaluate one question at a time without a KV cache (same answers, slower)",
+    )
     s.add_argument("--compile", action="store_true", help="torch.compile the model for training")
     o = p.add_argument_group("departures from the course's optimisation (the defaults reproduce it; see README)")
-    o.add_argument("--decay_groups", choices=DECAY_GROUPS, default="course",
-                   help="course: weight decay on every parameter but the biases, as the course's trainer has it; "
-                        "matmul: on the Linear weights only (nanoGPT's groups)")
-    o.add_argument("--lr_schedule", choices=LR_SCHEDULES, default="course",
-                   help="course: the cosine rises again after its 200 epochs; clamped: it stays at 10%%")
-    o.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="fp32 (default), tf32: TF32 matmuls on CUDA, bf16/fp16: autocast (fp16 with a gradient scaler)")
-    o.add_argument("--group_by_length", action="store_true",
-                   help=f"pretrain: draw batches from pools of {LENGTH_GROUPING_POOL} batches grouped by example length "
-                        "(less padding, but other examples share a step)")
+    o.add_argument(
+        "--decay_groups",
+        choices=DECAY_GROUPS,
+        default="course",
+        help="course: weight decay on every parameter but the biases, as the course's trainer has it; "
+        "matmul: on the Linear weights only (nanoGPT's groups)",
+    )
+    o.add_argument(
+        "--lr_schedule",
+        choices=LR_SCHEDULES,
+        default="course",
+        help="course: the cosine rises again after its 200 epochs; clamped: it stays at 10%%",
+    )
+    o.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="fp32 (default), tf32: TF32 matmuls on CUDA, bf16/fp16: autocast (fp16 with a gradient scaler)",
+    )
+    o.add_argument(
+        "--group_by_length",
+        action="store_true",
+        help=f"pretrain: draw batches from pools of {LENGTH_GROUPING_POOL} batches grouped by example length "
+        "(less padding, but other examples share a step)",
+    )
     return p
 
 
@@ -239,8 +315,9 @@ def params_facts(args, sizes, recipe_name, pretrain_dataset, command):
     facts = dict(variant=args.variant, **sizes)
     if args.variant != "perceiver":
         del facts["bottleneck_dim"]
-    return dict(facts, block_size=BLOCK_SIZE, vocabulary=vocabulary(pretrain_dataset), recipe=recipe_name,
-                command=command)
+    return dict(
+        facts, block_size=BLOCK_SIZE, vocabulary=vocabulary(pretrain_dataset), recipe=recipe_name, command=command
+    )
 
 
 def params_and_facts(args):
@@ -262,8 +339,10 @@ def model_sizes(args, facts):
     for flag, default in SIZE_DEFAULTS.items():
         given, trained = getattr(args, flag), (facts or {}).get(flag)
         if given is not None and trained is not None and given != trained:
-            raise UsageError(f"params file {args.reading_params_path} was trained with --{flag} {trained} "
-                             f"(its {args.reading_params_path}.json says so), not {given}: leave --{flag} out")
+            raise UsageError(
+                f"params file {args.reading_params_path} was trained with --{flag} {trained} "
+                f"(its {args.reading_params_path}.json says so), not {given}: leave --{flag} out"
+            )
         sizes[flag] = given if given is not None else trained if trained is not None else default
     return sizes
 
@@ -274,9 +353,11 @@ def check_vocabulary(args, facts, pretrain_dataset):
     if facts is None or facts.get("vocabulary", ours) == ours:
         return
     theirs, ours = set(facts["vocabulary"]), set(ours)
-    raise UsageError(f"params file {args.reading_params_path} was pretrained on a corpus with another vocabulary "
-                     f"than {args.pretrain_corpus_path} ({len(theirs - ours)} characters only there, "
-                     f"{len(ours - theirs)} only here): pass the corpus it was pretrained on")
+    raise UsageError(
+        f"params file {args.reading_params_path} was pretrained on a corpus with another vocabulary "
+        f"than {args.pretrain_corpus_path} ({len(theirs - ours)} characters only there, "
+        f"{len(ours - theirs)} only here): pass the corpus it was pretrained on"
+    )
 
 
 def build_model(args, sizes, pretrain_dataset, dropout):
@@ -286,8 +367,10 @@ def build_model(args, sizes, pretrain_dataset, dropout):
     if args.variant == "perceiver" and sizes["n_layer"] < 2:
         raise UsageError("the perceiver needs --n_layer 2 or more (a down- and an up-projection block)")
     if args.variant == "perceiver" and sizes["bottleneck_dim"] > BLOCK_SIZE:
-        raise UsageError(f"--bottleneck_dim {sizes['bottleneck_dim']} is more than the block size {BLOCK_SIZE}: "
-                         "the perceiver's latents cannot outnumber the positions")
+        raise UsageError(
+            f"--bottleneck_dim {sizes['bottleneck_dim']} is more than the block size {BLOCK_SIZE}: "
+            "the perceiver's latents cannot outnumber the positions"
+        )
     set_seed(args.seed)
     model = GPT(variant_config(args.variant, pretrain_dataset.vocab_size, BLOCK_SIZE, dropout=dropout, **sizes))
     if args.reading_params_path:
@@ -331,8 +414,11 @@ def recall_probe(path, every, model, pretrain_dataset, device, writer):
         answers = predict_places(model, questions, stoi, itos, device)
         answered = sum(answer == place for answer, (_, place) in zip(answers, pairs))
         recall, accuracy = recalled / max(1, probed), answered / len(pairs)
-        tqdm.write(f"epoch {epochs_done}: recalls {recalled} of {probed} birthplaces of {path} "
-                   f"({recall:.1%}), answers {answered} of its {len(pairs)} questions ({accuracy:.1%})", file=sys.stderr)
+        tqdm.write(
+            f"epoch {epochs_done}: recalls {recalled} of {probed} birthplaces of {path} "
+            f"({recall:.1%}), answers {answered} of its {len(pairs)} questions ({accuracy:.1%})",
+            file=sys.stderr,
+        )
         if writer is not None:
             writer.add_scalar("probe/recall", recall, epochs_done)
             writer.add_scalar("probe/accuracy", accuracy, epochs_done)
@@ -352,7 +438,7 @@ class Schedule:
 
 
 def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, device):
-    """Train with the recipe's schedule (or the overrides), keeping a checkpoint; save the params and facts on rank 0."""
+    """Train with the recipe's schedule (or the overrides), keeping a checkpoint; save params and facts on rank 0."""
     rank, _ = rank_and_world_size()
     epochs, batch_size = args.max_epochs or schedule.epochs, args.batch_size or schedule.batch_size
     writer = tensorboard_writer(args, sizes, recipe) if rank == 0 else None
@@ -369,7 +455,11 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         decay_groups=args.decay_groups,
         warmup_tokens=recipe.warmup_tokens,
         final_tokens=recipe.final_tokens(schedule.schedule_examples),
-        num_workers=args.num_workers if args.num_workers is not None else CUDA_NUM_WORKERS if device.type == "cuda" else 0,
+        num_workers=args.num_workers
+        if args.num_workers is not None
+        else CUDA_NUM_WORKERS
+        if device.type == "cuda"
+        else 0,
         writer=writer,
         device=device,
         skip_padding=not args.full_padding,
@@ -383,12 +473,25 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         epoch_end=probe,
         run_facts=params_facts(args, sizes, args.recipe, pretrain_dataset, command),
         run_identity=dict(
-            function=args.function, variant=args.variant, n_layer=sizes["n_layer"], n_head=sizes["n_head"],
-            n_embd=sizes["n_embd"], bottleneck_dim=sizes["bottleneck_dim"] if args.variant == "perceiver" else None,
-            vocab_size=pretrain_dataset.vocab_size, examples=len(schedule.dataset), max_epochs=epochs,
-            batch_size=batch_size, learning_rate=schedule.learning_rate, full_padding=args.full_padding,
-            seed=args.seed, recipe=args.recipe, dropout=recipe.dropout, decay_groups=args.decay_groups,
-            lr_schedule=args.lr_schedule, group_by_length=args.group_by_length, precision=args.precision,
+            function=args.function,
+            variant=args.variant,
+            n_layer=sizes["n_layer"],
+            n_head=sizes["n_head"],
+            n_embd=sizes["n_embd"],
+            bottleneck_dim=sizes["bottleneck_dim"] if args.variant == "perceiver" else None,
+            vocab_size=pretrain_dataset.vocab_size,
+            examples=len(schedule.dataset),
+            max_epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=schedule.learning_rate,
+            full_padding=args.full_padding,
+            seed=args.seed,
+            recipe=args.recipe,
+            dropout=recipe.dropout,
+            decay_groups=args.decay_groups,
+            lr_schedule=args.lr_schedule,
+            group_by_length=args.group_by_length,
+            precision=args.precision,
             **({"mix_corpus_path": args.mix_corpus_path} if args.mix_corpus_path else {}),
         ),
     )
@@ -396,8 +499,9 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
     if rank == 0 and args.resume and not exists:
         print(f"no checkpoint at {checkpoint_path}: starting from the beginning", file=sys.stderr)
     elif rank == 0 and exists and not args.resume:
-        print(f"replacing the earlier run's checkpoint {checkpoint_path} (--resume continues it instead)",
-              file=sys.stderr)
+        print(
+            f"replacing the earlier run's checkpoint {checkpoint_path} (--resume continues it instead)", file=sys.stderr
+        )
     try:
         Trainer(model, schedule.dataset, None, config).train()
     except (CheckpointError, TrainingDiverged) as e:
@@ -424,7 +528,9 @@ def pretrain(args, device, command):
     sizes, recipe = model_sizes(args, None), recipe_of(args)
     dataset = pretrain_dataset
     if args.mix_corpus_path:
-        dataset = ConcatDataset([pretrain_dataset, pairs_dataset(pretrain_dataset, args.mix_corpus_path, "mixed corpus")])
+        dataset = ConcatDataset(
+            [pretrain_dataset, pairs_dataset(pretrain_dataset, args.mix_corpus_path, "mixed corpus")]
+        )
     model = build_model(args, sizes, pretrain_dataset, recipe.dropout)
     seed_ranks(args.seed)
     # decay_epochs count epochs of what pretraining trains on (the corpus, with any mixed pairs)
@@ -490,8 +596,10 @@ def writer_lock(args):
         with exclusive_lock(args.writing_params_path + ".lock"):
             yield
     except PathInUse as e:
-        raise UsageError(f"--writing_params_path {args.writing_params_path} is being written by another run "
-                         f"({e}); wait for it to end or choose another path") from None
+        raise UsageError(
+            f"--writing_params_path {args.writing_params_path} is being written by another run "
+            f"({e}); wait for it to end or choose another path"
+        ) from None
 
 
 def run(args, command):

@@ -192,8 +192,10 @@ class TrainingInterrupted(Exception):
     """SIGINT or SIGTERM stopped training after a step, and a checkpoint of that step was written."""
 
     def __init__(self, signum, step, checkpoint_path):
-        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}; "
-                         f"the checkpoint {checkpoint_path} holds the run so far")
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name} after step {step}; "
+            f"the checkpoint {checkpoint_path} holds the run so far"
+        )
         self.signum = signum
 
 
@@ -210,6 +212,8 @@ class Trainer:
         self.step = 0  # optimizer steps taken
         self.useful_tokens = 0  # targets of the global batches trained on that are not the pad
         self.rank, self.world_size = rank_and_world_size()
+        # what a step runs: the model itself until setup() wraps it (DDP, compile) and adds precision
+        self.forward, self.ddp, self.autocast, self.scaler = self.model, None, contextlib.nullcontext(), None
         for name, allowed in [("decay_groups", DECAY_GROUPS), ("lr_schedule", LR_SCHEDULES), ("precision", PRECISIONS)]:
             if getattr(config, name) not in allowed:
                 raise ValueError(f"TrainerConfig.{name} must be one of {allowed}, got {getattr(config, name)!r}")
@@ -228,8 +232,9 @@ class Trainer:
         if not self.config.lr_decay or step == 0:
             return 1.0
         config = self.config
-        return lr_multiplier(self.tokens_before(step), config.warmup_tokens, config.final_tokens,
-                             clamped=config.lr_schedule == "clamped")
+        return lr_multiplier(
+            self.tokens_before(step), config.warmup_tokens, config.final_tokens, clamped=config.lr_schedule == "clamped"
+        )
 
     def global_batches(self, loader, generator):
         """The epoch's global batches (x, y) on the CPU, in an order fixed by the loader's and `generator`'s seeds."""
@@ -278,7 +283,7 @@ class Trainer:
         total = sum(targets for _, _, targets in passes)
         return [(self.to_device(xp), self.to_device(yp), targets / total) for xp, yp, targets in passes]
 
-    def backward(self, forward, passes, weight=1.0, autocast=None, scaler=None, ddp=None):
+    def forward_backward(self, passes, weight=1.0):
         """
         Forward and backward every pass of a batch, the gradients adding up to those of the
         batch's mean loss times `weight`; returns that mean loss (detached). Under DDP the
@@ -287,12 +292,12 @@ class Trainer:
         loss = 0.0
         for i, (x, y, share) in enumerate(passes):
             last = i == len(passes) - 1
-            sync = contextlib.nullcontext() if ddp is None or last else ddp.no_sync()
+            sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
             with sync:
-                with autocast or contextlib.nullcontext():
-                    _, pass_loss = forward(x, y)
+                with self.autocast:
+                    _, pass_loss = self.forward(x, y)
                 scaled = pass_loss * (share * weight)
-                (scaled if scaler is None else scaler.scale(scaled)).backward()
+                (scaled if self.scaler is None else self.scaler.scale(scaled)).backward()
             loss = loss + pass_loss.detach() * share
         return loss
 
@@ -339,8 +344,10 @@ class Trainer:
         step = int(first_nonfinite)
         if step != NO_STEP:
             lr = self.config.learning_rate * self.lr_lambda(step - 1)
-            raise TrainingDiverged(f"the training loss is not finite at step {step} (learning rate {lr:.3g}): "
-                                   "training stopped; nothing was written from that step on")
+            raise TrainingDiverged(
+                f"the training loss is not finite at step {step} (learning rate {lr:.3g}): "
+                "training stopped; nothing was written from that step on"
+            )
 
     def global_mean(self, value):
         """A per-rank loss sum made global (every rank must call this at the same step)."""
@@ -349,20 +356,17 @@ class Trainer:
             value = value / self.world_size
         return value
 
-    def save_checkpoint(self, state):
-        """Write the resumable checkpoint atomically (rank 0 only)."""
-        if self.rank == 0:
-            atomic_write(self.config.checkpoint_path, lambda f: torch.save(state, f))
-
     def load_checkpoint(self):
-        """The checkpoint to resume from, or None; raises CheckpointError if it cannot be read or it is another run's."""
+        """The checkpoint to resume from, or None; CheckpointError if it cannot be read or is another run's."""
         path = self.config.checkpoint_path
         if not (self.config.resume and path and os.path.exists(path)):
             return None
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
-            raise CheckpointError(f"checkpoint {path} cannot be read ({short_reason(e)}): delete it to start over") from None
+            raise CheckpointError(
+                f"checkpoint {path} cannot be read ({short_reason(e)}): delete it to start over"
+            ) from None
         saved, wanted = state.get("run_identity"), self.config.run_identity
         if saved != wanted:
             differences = ", ".join(
@@ -370,156 +374,198 @@ class Trainer:
                 for key in sorted(set(saved or {}) | set(wanted or {}))
                 if (saved or {}).get(key) != (wanted or {}).get(key)
             )
-            raise CheckpointError(f"checkpoint {path} is from a run with other settings ({differences}): "
-                                  "resume with the same command, or delete it to start over")
+            raise CheckpointError(
+                f"checkpoint {path} is from a run with other settings ({differences}): "
+                "resume with the same command, or delete it to start over"
+            )
         return state
 
     def train(self):
+        """Run the epochs from the start, or from the checkpoint when resuming."""
+        self.setup()
+        with self.stop_signals_caught() as caught:
+            for epoch in range(self.start_epoch, self.config.max_epochs):
+                self.run_epoch(epoch, caught)
+        self.bar.close()
+
+    def setup(self):
+        """Precision, optimizer, schedule, the checkpoint to resume from, DDP and compile, the loader and the bar."""
         config, model = self.config, self.model
         self.tokens_per_example = self.train_dataset[0][0].numel()
         on_cuda = self.device.type == "cuda"
         if on_cuda:
             torch.backends.cuda.matmul.allow_tf32 = config.precision == "tf32"
         dtype = autocast_dtype(config.precision)
-        autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
-        scaler = torch.amp.GradScaler(self.device.type, enabled=dtype == torch.float16)
+        self.autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=dtype == torch.float16)
         fused = self.device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
-        optimizer = torch.optim.AdamW(
-            parameter_groups(model, config.weight_decay, config.decay_groups), lr=config.learning_rate, betas=config.betas, fused=fused
+        self.optimizer = torch.optim.AdamW(
+            parameter_groups(model, config.weight_decay, config.decay_groups),
+            lr=config.learning_rate,
+            betas=config.betas,
+            fused=fused,
         )
-        scheduler = LambdaLR(optimizer, self.lr_lambda)
-        data_seed = config.data_seed
-        if data_seed is None:
-            data_seed = int(torch.randint(2**62, ()))
-        start_epoch, skip, epoch_loss_so_far = 0, 0, 0.0
+        self.scheduler = LambdaLR(self.optimizer, self.lr_lambda)
+        self.data_seed = config.data_seed if config.data_seed is not None else int(torch.randint(2**62, ()))
+        self.start_epoch, self.skip, self.epoch_loss_so_far = 0, 0, 0.0
         checkpoint = self.load_checkpoint()
         if checkpoint is not None:
-            model.load_state_dict(checkpoint["model"])
-            optimizer.load_state_dict(checkpoint["optimizer"])
-            scheduler.load_state_dict(checkpoint["scheduler"])
-            scaler.load_state_dict(checkpoint["scaler"])
-            start_epoch, skip = checkpoint["epoch"], checkpoint["batches_done"]
-            self.step, self.useful_tokens = checkpoint["step"], checkpoint["useful_tokens"]
-            self.epoch_losses, epoch_loss_so_far = checkpoint["epoch_losses"], checkpoint["epoch_loss_so_far"]
-            data_seed = checkpoint["data_seed"]
-            random.setstate(checkpoint["python_random"])
-            self.restore_torch_random(checkpoint)  # replaying the skipped batches draws only from the data's generators
-            if self.rank == 0:
-                logger.warning("resuming from %s after %d steps (%d epochs done)", config.checkpoint_path, self.step,
-                               start_epoch)
+            self.resume_from(checkpoint)
 
-        forward, ddp = model, None
+        self.forward, self.ddp = model, None
         if self.world_size > 1:
-            forward = ddp = DistributedDataParallel(model, device_ids=[self.device.index] if on_cuda else None)
+            self.forward = self.ddp = DistributedDataParallel(
+                model, device_ids=[self.device.index] if on_cuda else None
+            )
         if config.compile:
-            forward = torch.compile(forward, dynamic=True)
-        pool = config.batch_size * (config.bucket_pool if config.skip_padding else 1)
-        generator = torch.Generator()
-        loader = DataLoader(
+            self.forward = torch.compile(self.forward, dynamic=True)
+        self.generator = torch.Generator()
+        self.loader = DataLoader(
             self.train_dataset,
-            batch_size=pool,
+            batch_size=config.batch_size * (config.bucket_pool if config.skip_padding else 1),
             shuffle=True,
-            generator=generator,
+            generator=self.generator,
             num_workers=config.num_workers,
             persistent_workers=config.num_workers > 0,
             pin_memory=on_cuda,
         )
-        steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
-        bar = tqdm(total=config.max_epochs * steps_per_epoch, initial=self.step, dynamic_ncols=True, desc="training",
-                   disable=self.rank != 0)
-        last_save = time.monotonic()
-        first_nonfinite = torch.full((), NO_STEP, device=self.device)
-        with self.stop_signals_caught() as caught:
-            for epoch in range(start_epoch, config.max_epochs):
-                model.train()
-                generator.manual_seed(data_seed + epoch)
-                epoch_random_state = random.getstate()  # the dataset's draws (span corruption) replay from here
-                epoch_loss = torch.full((), epoch_loss_so_far, device=self.device)
-                window_loss, window_steps = torch.zeros((), device=self.device), 0
-                for batch, (x, y) in enumerate(self.global_batches(loader, generator)):
-                    if batch < skip:
-                        continue
-                    self.useful_tokens += int((y != 0).sum())  # counted on the CPU: no device sync
-                    x, y, weight = self.local_batch(x, y)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss = self.backward(forward, self.micro_batches(x, y), weight, autocast, scaler, ddp)
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-                    scaler.step(optimizer)
-                    scaler.update()
-                    lr = scheduler.get_last_lr()[0]
-                    scheduler.step()
-                    weighted = loss.float() * weight
-                    first_nonfinite = torch.where(torch.isfinite(loss), first_nonfinite,
-                                                  first_nonfinite.clamp(max=self.step + 1))
-                    epoch_loss += weighted
-                    window_loss += weighted
-                    window_steps += 1
-                    self.step += 1
-                    bar.update()
-                    if config.writer is not None:
-                        config.writer.add_scalar("train/lr", lr, self.step)
-                    if self.step % config.log_every == 0:
-                        self.stop_if_diverged(first_nonfinite)
-                        mean = self.global_mean(window_loss).item() / window_steps
-                        window_loss.zero_()
-                        window_steps = 0
-                        bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} loss {mean:.4f} lr {lr:.2e}",
-                                            refresh=False)
-                        if config.writer is not None:
-                            config.writer.add_scalar("train/loss", mean, self.step)
-                    minutes = config.checkpoint_minutes
-                    due = config.checkpoint_path and minutes and time.monotonic() - last_save >= 60 * minutes
-                    if due or caught:  # caught only has signals when there is a checkpoint path
-                        self.stop_if_diverged(first_nonfinite)
-                        self.save_checkpoint(self.checkpoint_state(model, optimizer, scheduler, scaler, data_seed,
-                                                                   epoch, batch + 1, epoch_loss, epoch_random_state))
-                        last_save = time.monotonic()
-                    if caught:
-                        bar.close()
-                        raise TrainingInterrupted(caught[0], self.step, config.checkpoint_path)
-                skip, epoch_loss_so_far = 0, 0.0
-                self.stop_if_diverged(first_nonfinite)
-                self.epoch_losses.append(self.global_mean(epoch_loss).item() / steps_per_epoch)
-                bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
-                if config.writer is not None:
-                    config.writer.add_scalar("train/epoch_loss", self.epoch_losses[-1], self.step)
-                if self.test_dataset is not None:
-                    test_loss = self.evaluate_loss(self.test_dataset)
-                    logger.info("epoch %d: test loss %.4f", epoch + 1, test_loss)
-                    if config.writer is not None:
-                        config.writer.add_scalar("test/loss", test_loss, self.step)
-                if config.ckpt_path is not None and self.rank == 0:
-                    save_params(model, config.ckpt_path)
-                if config.epoch_end is not None:
-                    config.epoch_end(epoch + 1)
-                if config.checkpoint_path:
-                    self.save_checkpoint(self.checkpoint_state(
-                        model, optimizer, scheduler, scaler, data_seed, epoch + 1, 0, 0.0, random.getstate()))
-                    last_save = time.monotonic()
-        bar.close()
+        self.steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
+        self.bar = tqdm(
+            total=config.max_epochs * self.steps_per_epoch,
+            initial=self.step,
+            dynamic_ncols=True,
+            desc="training",
+            disable=self.rank != 0,
+        )
+        self.last_save = time.monotonic()
+        self.first_nonfinite = torch.full((), NO_STEP, device=self.device)
 
-    def checkpoint_state(self, model, optimizer, scheduler, scaler, data_seed, epoch, batches_done, epoch_loss,
-                         python_random):
-        """Everything a resumed run needs to go on as if it had not stopped."""
-        return {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict(),
+    def resume_from(self, checkpoint):
+        """Put the model, the optimisation and the random generators back as the checkpoint has them."""
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.scaler.load_state_dict(checkpoint["scaler"])
+        self.start_epoch, self.skip = checkpoint["epoch"], checkpoint["batches_done"]
+        self.step, self.useful_tokens = checkpoint["step"], checkpoint["useful_tokens"]
+        self.epoch_losses, self.epoch_loss_so_far = checkpoint["epoch_losses"], checkpoint["epoch_loss_so_far"]
+        self.data_seed = checkpoint["data_seed"]
+        random.setstate(checkpoint["python_random"])
+        self.restore_torch_random(checkpoint)  # replaying the skipped batches draws only from the data's generators
+        if self.rank == 0:
+            logger.warning(
+                "resuming from %s after %d steps (%d epochs done)",
+                self.config.checkpoint_path,
+                self.step,
+                self.start_epoch,
+            )
+
+    def run_epoch(self, epoch, caught):
+        """
+        One epoch (the rest of it when resuming): the steps, the loss for the bar and
+        TensorBoard every log_every steps, timed checkpoints and stopping on a signal, then
+        the epoch's mean loss, the test loss, epoch_end and the epoch's checkpoint.
+        """
+        config = self.config
+        self.model.train()
+        self.generator.manual_seed(self.data_seed + epoch)
+        epoch_random_state = random.getstate()  # the dataset's draws (span corruption) replay from here
+        epoch_loss = torch.full((), self.epoch_loss_so_far, device=self.device)
+        window_loss, window_steps = torch.zeros((), device=self.device), 0
+        for batch, (x, y) in enumerate(self.global_batches(self.loader, self.generator)):
+            if batch < self.skip:
+                continue
+            lr, loss = self.train_step(x, y)
+            epoch_loss += loss
+            window_loss += loss
+            window_steps += 1
+            if self.step % config.log_every == 0:
+                self.stop_if_diverged(self.first_nonfinite)
+                mean = self.global_mean(window_loss).item() / window_steps
+                window_loss.zero_()
+                window_steps = 0
+                self.bar.set_description(
+                    f"epoch {epoch + 1}/{config.max_epochs} loss {mean:.4f} lr {lr:.2e}", refresh=False
+                )
+                if config.writer is not None:
+                    config.writer.add_scalar("train/loss", mean, self.step)
+            minutes = config.checkpoint_minutes
+            due = config.checkpoint_path and minutes and time.monotonic() - self.last_save >= 60 * minutes
+            if due or caught:  # caught only has signals when there is a checkpoint path
+                self.stop_if_diverged(self.first_nonfinite)
+                self.save_checkpoint(epoch, batch + 1, epoch_loss, epoch_random_state)
+            if caught:
+                self.bar.close()
+                raise TrainingInterrupted(caught[0], self.step, config.checkpoint_path)
+        self.skip, self.epoch_loss_so_far = 0, 0.0
+        self.stop_if_diverged(self.first_nonfinite)
+        self.epoch_losses.append(self.global_mean(epoch_loss).item() / self.steps_per_epoch)
+        self.bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
+        if config.writer is not None:
+            config.writer.add_scalar("train/epoch_loss", self.epoch_losses[-1], self.step)
+        if self.test_dataset is not None:
+            test_loss = self.evaluate_loss(self.test_dataset)
+            logger.info("epoch %d: test loss %.4f", epoch + 1, test_loss)
+            if config.writer is not None:
+                config.writer.add_scalar("test/loss", test_loss, self.step)
+        if config.ckpt_path is not None and self.rank == 0:
+            save_params(self.model, config.ckpt_path)
+        if config.epoch_end is not None:
+            config.epoch_end(epoch + 1)
+        if config.checkpoint_path:
+            self.save_checkpoint(epoch + 1, 0, 0.0, random.getstate())
+
+    def train_step(self, x, y):
+        """
+        One optimizer step on a global batch (on the CPU): (the step's learning rate, this
+        rank's weighted mean loss as a device scalar, not read back).
+        """
+        self.useful_tokens += int((y != 0).sum())  # counted on the CPU: no device sync
+        x, y, weight = self.local_batch(x, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_backward(self.micro_batches(x, y), weight)
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_norm_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.first_nonfinite = torch.where(
+            torch.isfinite(loss), self.first_nonfinite, self.first_nonfinite.clamp(max=self.step + 1)
+        )
+        self.step += 1
+        self.bar.update()
+        if self.config.writer is not None:
+            self.config.writer.add_scalar("train/lr", lr, self.step)
+        return lr, loss.float() * weight
+
+    def save_checkpoint(self, epoch, batches_done, epoch_loss, python_random):
+        """
+        Write the resumable checkpoint atomically (rank 0 only): everything a resumed run
+        needs to go on as if it had not stopped, from batch `batches_done` of `epoch`.
+        """
+        self.last_save = time.monotonic()
+        if self.rank != 0:
+            return
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "epoch": epoch,  # the epoch to run next (0-based) ...
             "batches_done": batches_done,  # ... and how many of its batches are done
             "step": self.step,
             "useful_tokens": self.useful_tokens,
             "epoch_losses": list(self.epoch_losses),
             "epoch_loss_so_far": float(epoch_loss),
-            "data_seed": data_seed,
+            "data_seed": self.data_seed,
             "python_random": python_random,
             "torch_random": torch.get_rng_state(),
             "cuda_random": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
             "run_identity": self.config.run_identity,
             "run_facts": self.config.run_facts,
         }
+        atomic_write(self.config.checkpoint_path, lambda f: torch.save(state, f))
 
     def restore_torch_random(self, checkpoint):
         """Dropout's generators as they were at the checkpoint (on one process; ranks reseed their own)."""

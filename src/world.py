@@ -49,7 +49,22 @@ STEMS = tuple(a + b for a, b in itertools.product(SYLLABLES, repeat=2))
 FIRST_ENDINGS = ("", "n", "r", "s", "l", "m")
 LAST_ENDINGS = ("", "k", "nen", "ssen", "vic", "ley", "ski", "ez", "dot", "mann", "rup", "ard")
 # No suffix is the start of another, nor of a name ending, so no place is part of another word.
-PLACE_SUFFIXES = ("ton", "burg", "ford", "dale", "vik", "stad", "mouth", "field", "holm", "wick", "polis", "haven", "mere", "gate")
+PLACE_SUFFIXES = (
+    "ton",
+    "burg",
+    "ford",
+    "dale",
+    "vik",
+    "stad",
+    "mouth",
+    "field",
+    "holm",
+    "wick",
+    "polis",
+    "haven",
+    "mere",
+    "gate",
+)
 FIRST_NAMES = len(STEMS) * len(FIRST_ENDINGS)
 NAME_CAPACITY = FIRST_NAMES * len(STEMS) * len(LAST_ENDINGS)  # distinct (first, last) pairs
 PLACE_CAPACITY = len(STEMS) * len(PLACE_SUFFIXES)
@@ -58,9 +73,30 @@ MIDDLE_NAME_RATE = 0.2
 ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s: 4.4% for the top one of 300
 
 OCCUPATIONS = (
-    "painter", "sculptor", "poet", "novelist", "journalist", "architect", "composer", "violinist",
-    "chemist", "botanist", "engineer", "surgeon", "historian", "economist", "photographer", "actor",
-    "footballer", "cyclist", "politician", "diplomat", "lawyer", "printer", "bishop", "astronomer",
+    "painter",
+    "sculptor",
+    "poet",
+    "novelist",
+    "journalist",
+    "architect",
+    "composer",
+    "violinist",
+    "chemist",
+    "botanist",
+    "engineer",
+    "surgeon",
+    "historian",
+    "economist",
+    "photographer",
+    "actor",
+    "footballer",
+    "cyclist",
+    "politician",
+    "diplomat",
+    "lawyer",
+    "printer",
+    "bishop",
+    "astronomer",
 )
 FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR = 1800, 1990
 PRESENT_YEAR = 2020
@@ -107,7 +143,9 @@ def person_name(index, middle=None):
 def check_sizes(n_train, n_dev, n_test, n_places, bios_per_person=1):
     """Raise ValueError, in one line, unless the sizes make a world."""
     if not 1 <= bios_per_person <= len(TEMPLATES):
-        raise ValueError(f"bios_per_person must be between 1 and {len(TEMPLATES)} (one template each), got {bios_per_person}")
+        raise ValueError(
+            f"bios_per_person must be between 1 and {len(TEMPLATES)} (one template each), got {bios_per_person}"
+        )
     for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
         if n < 1:
             raise ValueError(f"{name} must be at least 1, got {n}")
@@ -147,8 +185,16 @@ def lines(rows):
     return "".join(row + "\n" for row in rows)
 
 
-def build_world(n_train=600, n_dev=200, n_test=200, n_places=300, seed=0, bios_per_person=1,
-                shuffle_sentences=False, full_names=False):
+def build_world(
+    n_train=600,
+    n_dev=200,
+    n_test=200,
+    n_places=300,
+    seed=0,
+    bios_per_person=1,
+    shuffle_sentences=False,
+    full_names=False,
+):
     """The four files of a world, as {file name: contents} (the options: see the module's docstring)."""
     check_sizes(n_train, n_dev, n_test, n_places, bios_per_person)
     rng = random.Random(seed)
@@ -167,9 +213,13 @@ def build_world(n_train=600, n_dev=200, n_test=200, n_places=300, seed=0, bios_p
         while other == place:
             other = draw_place()
         people.append((name, place))
-        facts = dict(life(rng), name=name, last=name if full_names else name.rsplit(" ", 1)[1], place=place, other=other)
+        facts = dict(
+            life(rng), name=name, last=name if full_names else name.rsplit(" ", 1)[1], place=place, other=other
+        )
         for j in range(bios_per_person):
-            bios.append(biography(TEMPLATES[(i + j) % len(TEMPLATES)], facts, sentence_rng if shuffle_sentences else None))
+            bios.append(
+                biography(TEMPLATES[(i + j) % len(TEMPLATES)], facts, sentence_rng if shuffle_sentences else None)
+            )
     rng.shuffle(bios)
 
     pairs = [f"Where was {name} born?\t{place}" for name, place in people]
@@ -187,31 +237,43 @@ def write_world(folder, **kwargs):
     world = build_world(**kwargs)
     paths = {name: str(Path(folder) / name) for name in world}
     for name, text in world.items():
-        atomic_write(paths[name], lambda f: f.write(text.encode("utf-8")))
+        data = text.encode("utf-8")
+        atomic_write(paths[name], lambda f, data=data: f.write(data))
     return paths
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="world.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="world.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("folder", help="where to write the four files (created if missing)")
     parser.add_argument("--n_train", type=int, default=600, help="people with a training pair (default 600)")
     parser.add_argument("--n_dev", type=int, default=200, help="people in birth_dev.tsv (default 200)")
     parser.add_argument("--n_test", type=int, default=200, help="people in birth_test_inputs.tsv (default 200)")
     parser.add_argument("--n_places", type=int, default=300, help="distinct places (default 300)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bios_per_person", type=int, default=1,
-                        help=f"biographies of each person, each from another template (1 to {len(TEMPLATES)}; default 1)")
+    parser.add_argument(
+        "--bios_per_person",
+        type=int,
+        default=1,
+        help=f"biographies of each person, each from another template (1 to {len(TEMPLATES)}; default 1)",
+    )
     parser.add_argument("--shuffle_sentences", action="store_true", help="shuffle each biography's sentences")
     parser.add_argument("--full_names", action="store_true", help="the full name wherever a template has the last name")
     args = parser.parse_args(argv)
-    sizes = dict(n_train=args.n_train, n_dev=args.n_dev, n_test=args.n_test, n_places=args.n_places,
-                 bios_per_person=args.bios_per_person)
+    sizes = dict(
+        n_train=args.n_train,
+        n_dev=args.n_dev,
+        n_test=args.n_test,
+        n_places=args.n_places,
+        bios_per_person=args.bios_per_person,
+    )
     try:
         check_sizes(**sizes)
     except ValueError as e:
         parser.error(str(e))
     options = dict(shuffle_sentences=args.shuffle_sentences, full_names=args.full_names)
-    for name, path in write_world(args.folder, seed=args.seed, **sizes, **options).items():
+    for path in write_world(args.folder, seed=args.seed, **sizes, **options).values():
         with open(path, encoding="utf-8") as f:
             print(f"{path}: {sum(1 for _ in f)} lines")
     return 0

@@ -3,6 +3,7 @@
 import atexit
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -17,12 +18,45 @@ sys.path.insert(0, str(ROOT / "src"))
 RUNS_DIR = Path(tempfile.mkdtemp(prefix="tests-runs-"))
 atexit.register(shutil.rmtree, RUNS_DIR, ignore_errors=True)
 
+# Model sizes and settings for command lines that must run in seconds on a CPU.
+CPU_FLAGS = ["--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
+SMALL = ["--n_layer", "3", "--n_head", "2", "--n_embd", "32", "--bottleneck_dim", "16", *CPU_FLAGS]
+TINY = ["--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--bottleneck_dim", "8", *CPU_FLAGS]
+
+
+RUN_PY = str(ROOT / "src" / "run.py")
+
+
+def cli(*args, env=None):
+    """Run src/run.py in a fresh interpreter, as a user does: (exit code, stdout, stderr)."""
+    done = subprocess.run(
+        [sys.executable, RUN_PY, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=RUNS_DIR,
+        timeout=300,
+        env=env,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def run_main(*args):
+    """run.py's main in this process (faster; capsys sees its output): the exit code."""
+    import run
+
+    return run.main([str(a) for a in args])
+
+
 A5_DIRS = [ROOT.parent / "shared" / "data" / "a5", ROOT / "data"]
 A5_FILES = ["wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv"]
 
 FIRST = ["Ada", "Bruno", "Clara", "Dmitri", "Elif", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Naïma", "Håvard"]
 LAST = ["Abbott", "Berg", "Costa", "Duval", "Egan", "Fischer", "Garza"]
 PLACES = ["Paris", "Lagos", "Oslo", "Lima", "Kyoto", "Perth"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes more than about 15 s on two cores (-m 'not slow' skips them)")
 
 
 @pytest.fixture(scope="session")

@@ -13,27 +13,14 @@ import pytest
 import torch
 
 import run
+from checkpoint import save_params
 from config import BLOCK_SIZE, HANDOUT, RECIPES
-from conftest import ROOT, RUNS_DIR
+from conftest import ROOT, SMALL, cli
+from conftest import run_main as main
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
 from trainer import Trainer
-from checkpoint import save_params
 from world import PLACE_SUFFIXES, write_world
-
-SMALL = ["--n_layer", "3", "--n_head", "2", "--n_embd", "32", "--bottleneck_dim", "16",
-         "--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
-
-
-def cli(*args):
-    """Run src/run.py in a fresh interpreter, as a user does: (exit code, stdout, stderr)."""
-    done = subprocess.run([sys.executable, str(ROOT / "src" / "run.py"), *map(str, args)],
-                          capture_output=True, text=True, cwd=RUNS_DIR, timeout=300)
-    return done.returncode, done.stdout, done.stderr
-
-
-def main(*args):
-    return run.main([str(a) for a in args])
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
@@ -44,20 +31,61 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
     state = torch.load(pretrained, weights_only=True)
     assert isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())
 
-    assert main("finetune", variant, wiki, "--reading_params_path", pretrained, "--writing_params_path", finetuned,
-                "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 1, *SMALL) == 0
+    assert (
+        main(
+            "finetune",
+            variant,
+            wiki,
+            "--reading_params_path",
+            pretrained,
+            "--writing_params_path",
+            finetuned,
+            "--finetune_corpus_path",
+            tiny_world["train.tsv"],
+            "--max_epochs",
+            1,
+            *SMALL,
+        )
+        == 0
+    )
     assert finetuned.exists()
     capsys.readouterr()
 
     outputs = tmp_path / "new" / "dev.predictions"
-    assert main("evaluate", variant, wiki, "--reading_params_path", finetuned,
-                "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", outputs, *SMALL) == 0
+    assert (
+        main(
+            "evaluate",
+            variant,
+            wiki,
+            "--reading_params_path",
+            finetuned,
+            "--eval_corpus_path",
+            tiny_world["dev.tsv"],
+            "--outputs_path",
+            outputs,
+            *SMALL,
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("Correct: ")
     assert len(outputs.read_text(encoding="utf-8").splitlines()) == 24
 
     outputs = tmp_path / "test.predictions"
-    assert main("evaluate", variant, wiki, "--reading_params_path", finetuned,
-                "--eval_corpus_path", tiny_world["test.tsv"], "--outputs_path", outputs, *SMALL) == 0
+    assert (
+        main(
+            "evaluate",
+            variant,
+            wiki,
+            "--reading_params_path",
+            finetuned,
+            "--eval_corpus_path",
+            tiny_world["test.tsv"],
+            "--outputs_path",
+            outputs,
+            *SMALL,
+        )
+        == 0
+    )
     assert "no targets provided" in capsys.readouterr().out
     assert len(outputs.read_text(encoding="utf-8").splitlines()) == 24
 
@@ -78,18 +106,51 @@ def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_p
         model.head.weight[vocabulary.stoi["\n"]] = 1.0
     params, outputs = tmp_path / "newline.params", tmp_path / "dev.predictions"
     save_params(model, params)
-    assert main("evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path", params,
-                "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", outputs, *SMALL) == 0
+    assert (
+        main(
+            "evaluate",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--reading_params_path",
+            params,
+            "--eval_corpus_path",
+            tiny_world["dev.tsv"],
+            "--outputs_path",
+            outputs,
+            *SMALL,
+        )
+        == 0
+    )
     assert outputs.read_text(encoding="utf-8") == "\n" * 24
 
 
 def test_finetune_from_scratch_then_evaluate_in_a_fresh_process(tiny_world, tmp_path):
     params = tmp_path / "model.params"
-    code, _, err = cli("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
-                       "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 2, *SMALL)
+    code, _, err = cli(
+        "finetune",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--finetune_corpus_path",
+        tiny_world["train.tsv"],
+        "--max_epochs",
+        2,
+        *SMALL,
+    )
     assert code == 0, err
-    code, out, err = cli("evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path", params,
-                         "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", tmp_path / "p.txt", *SMALL)
+    code, out, err = cli(
+        "evaluate",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--reading_params_path",
+        params,
+        "--eval_corpus_path",
+        tiny_world["dev.tsv"],
+        "--outputs_path",
+        tmp_path / "p.txt",
+        *SMALL,
+    )
     assert code == 0, err
     assert out.startswith("Correct: ") and out.strip().endswith("%")
     assert "Traceback" not in err
@@ -97,9 +158,20 @@ def test_finetune_from_scratch_then_evaluate_in_a_fresh_process(tiny_world, tmp_
 
 def test_every_run_gets_its_own_tensorboard_folder(tiny_world, tmp_path):
     """Two runs of the same command (run.sh finetunes vanilla twice) do not write into one folder."""
-    command = [sys.executable, str(ROOT / "src" / "run.py"), "finetune", "vanilla", tiny_world["wiki.txt"],
-               "--writing_params_path", "m.params", "--finetune_corpus_path", tiny_world["train.tsv"],
-               "--max_epochs", "1", *SMALL]
+    command = [
+        sys.executable,
+        str(ROOT / "src" / "run.py"),
+        "finetune",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        "m.params",
+        "--finetune_corpus_path",
+        tiny_world["train.tsv"],
+        "--max_epochs",
+        "1",
+        *SMALL,
+    ]
     for _ in range(2):
         assert subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=300).returncode == 0
     runs = list((tmp_path / "expt" / "finetune").iterdir())
@@ -118,34 +190,79 @@ def test_input_errors_are_one_line(tiny_world, tmp_path):
     params = tmp_path / "v.params"
     bad_tsv = tmp_path / "bad.tsv"
     bad_tsv.write_text("Where was A born?\tParis\nWhere was B born? Lima\n", encoding="utf-8")
-    code, _, err = cli("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
-                       "--finetune_corpus_path", bad_tsv, *SMALL)
+    code, _, err = cli(
+        "finetune",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--finetune_corpus_path",
+        bad_tsv,
+        *SMALL,
+    )
     assert code == 2 and str(bad_tsv) in err and "line 2" in err and len(err.strip().splitlines()) == 1
     assert not params.exists()
 
     code, _, err = cli("pretrain", "vanilla", tmp_path / "missing.txt", "--writing_params_path", params, *SMALL)
     assert code == 2 and "missing.txt" in err and len(err.strip().splitlines()) == 1
 
-    assert main("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
-                "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 1, *SMALL) == 0
-    code, _, err = cli("evaluate", "perceiver", tiny_world["wiki.txt"], "--reading_params_path", params,
-                       "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", tmp_path / "p.txt", *SMALL)
+    assert (
+        main(
+            "finetune",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--writing_params_path",
+            params,
+            "--finetune_corpus_path",
+            tiny_world["train.tsv"],
+            "--max_epochs",
+            1,
+            *SMALL,
+        )
+        == 0
+    )
+    code, _, err = cli(
+        "evaluate",
+        "perceiver",
+        tiny_world["wiki.txt"],
+        "--reading_params_path",
+        params,
+        "--eval_corpus_path",
+        tiny_world["dev.tsv"],
+        "--outputs_path",
+        tmp_path / "p.txt",
+        *SMALL,
+    )
     assert code == 2 and "was trained as vanilla" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "p.txt").exists()
 
 
 def test_dataset_module_prints_examples(tiny_world):
     for kind in ["charcorruption", "namedata"]:
-        done = subprocess.run([sys.executable, str(ROOT / "src" / "dataset.py"), kind,
-                               "--pretrain_corpus_path", tiny_world["wiki.txt"],
-                               "--finetune_corpus_path", tiny_world["train.tsv"]],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "src" / "dataset.py"),
+                kind,
+                "--pretrain_corpus_path",
+                tiny_world["wiki.txt"],
+                "--finetune_corpus_path",
+                tiny_world["train.tsv"],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0 and done.stdout.count("x: ") == 4 and "\u2047" in done.stdout
 
 
 def test_london_baseline(a5_dir):
-    done = subprocess.run([sys.executable, str(ROOT / "src" / "london_baseline.py"), str(a5_dir / "birth_dev.tsv")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "london_baseline.py"), str(a5_dir / "birth_dev.tsv")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "Correct: 25 out of 500: 5.0%"
 
 
@@ -155,20 +272,42 @@ def test_most_frequent_place_baseline(tiny_world, tmp_path):
     dev = tmp_path / "dev.tsv"
     dev.write_text("Where was D born?\tOslo\nWhere was E born?\tParis\nWhere was F born?\tLima\n", encoding="utf-8")
     script = str(ROOT / "src" / "london_baseline.py")
-    done = subprocess.run([sys.executable, script, str(dev), "--most_frequent_in", str(train)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, script, str(dev), "--most_frequent_in", str(train)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "Correct: 1 out of 3: 33.33%"
     done = subprocess.run([sys.executable, script, str(dev)], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "Correct: 0 out of 3: 0.0%"
-    done = subprocess.run([sys.executable, script, str(tmp_path / "none.tsv")], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, script, str(tmp_path / "none.tsv")], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2 and "none.tsv" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_benchmark_sweep_runs(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "src" / "benchmark.py"), "--skip_comparison", "--sweep", "32",
-                           "--sweep_batch", "2", "--variants", "vanilla", "perceiver", "--device", "cpu"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "src" / "benchmark.py"),
+            "--skip_comparison",
+            "--sweep",
+            "32",
+            "--sweep_batch",
+            "2",
+            "--variants",
+            "vanilla",
+            "perceiver",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 32 |")]
     assert [row.split("|")[2].strip() for row in rows] == ["vanilla", "perceiver"]
@@ -181,27 +320,86 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     mixed = tmp_path / "mixed.tsv"
     mixed.write_text("Where was Ada Berg born?\tParis\nWhere was Ada Costa born?\n", encoding="utf-8")
     params = tmp_path / "p.params"
-    assert main("finetune", "vanilla", wiki, "--writing_params_path", params, "--finetune_corpus_path", train,
-                "--max_epochs", 1, *SMALL) == 0
+    assert (
+        main(
+            "finetune",
+            "vanilla",
+            wiki,
+            "--writing_params_path",
+            params,
+            "--finetune_corpus_path",
+            train,
+            "--max_epochs",
+            1,
+            *SMALL,
+        )
+        == 0
+    )
     cases = [
         (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path], "is a directory"),
-        (["finetune", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params",
-          "--finetune_corpus_path", long_pair], "line 1: question and place are longer than the block size"),
-        (["evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path", mixed,
-          "--outputs_path", tmp_path / "mixed.predictions"], "line 2: expected 'question' on every line"),
-        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--mix_corpus_path", mixed],
-         f"{mixed}: line 2: expected 'question<TAB>place'"),
-        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--probe_corpus_path", mixed],
-         f"{mixed}: line 2: expected 'question<TAB>place'"),
-        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--n_head", "3"],
-         "must be a multiple of --n_head 3"),
+        (
+            [
+                "finetune",
+                "vanilla",
+                wiki,
+                "--writing_params_path",
+                tmp_path / "x.params",
+                "--finetune_corpus_path",
+                long_pair,
+            ],
+            "line 1: question and place are longer than the block size",
+        ),
+        (
+            [
+                "evaluate",
+                "vanilla",
+                wiki,
+                "--reading_params_path",
+                params,
+                "--eval_corpus_path",
+                mixed,
+                "--outputs_path",
+                tmp_path / "mixed.predictions",
+            ],
+            "line 2: expected 'question' on every line",
+        ),
+        (
+            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--mix_corpus_path", mixed],
+            f"{mixed}: line 2: expected 'question<TAB>place'",
+        ),
+        (
+            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--probe_corpus_path", mixed],
+            f"{mixed}: line 2: expected 'question<TAB>place'",
+        ),
+        (
+            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--n_head", "3"],
+            "must be a multiple of --n_head 3",
+        ),
     ]
     if os.access("/proc", os.W_OK):  # a folder that os.access calls writable (for root) but that refuses files
-        cases.append((["evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path", dev,
-                       "--outputs_path", "/proc/dev.predictions"], "/proc refuses new files"))
+        cases.append(
+            (
+                [
+                    "evaluate",
+                    "vanilla",
+                    wiki,
+                    "--reading_params_path",
+                    params,
+                    "--eval_corpus_path",
+                    dev,
+                    "--outputs_path",
+                    "/proc/dev.predictions",
+                ],
+                "/proc refuses new files",
+            )
+        )
     if not torch.cuda.is_available():
-        cases.append((["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--device", "cuda"],
-                      "device cuda is not available"))
+        cases.append(
+            (
+                ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--device", "cuda"],
+                "device cuda is not available",
+            )
+        )
     for args, message in cases:
         capsys.readouterr()
         assert main(*args[:3], *SMALL, *args[3:]) == 2, args  # the case's own flags come last and win
@@ -213,8 +411,17 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
         main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--max_epochs", "0")
     assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        main("finetune", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--finetune_corpus_path", train,
-             "--mix_corpus_path", train)
+        main(
+            "finetune",
+            "vanilla",
+            wiki,
+            "--writing_params_path",
+            tmp_path / "x.params",
+            "--finetune_corpus_path",
+            train,
+            "--mix_corpus_path",
+            train,
+        )
     assert exit_info.value.code == 2 and "--mix_corpus_path is for pretrain" in capsys.readouterr().err
 
 
@@ -224,16 +431,33 @@ def test_recipes_fill_in_the_settings_and_flags_win():
     assert handout == HANDOUT and handout.pretrain_lr == 6e-3 and handout.dropout == 0.1
     cpu = run.recipe_of(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu"]))
     assert cpu == RECIPES["cpu"] and cpu.pretrain_batch_size < handout.pretrain_batch_size
-    overridden = run.recipe_of(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu",
-                                                  "--pretrain_lr", "5e-4", "--dropout", "0.2"]))
+    overridden = run.recipe_of(
+        parser.parse_args(
+            ["pretrain", "vanilla", "w.txt", "--recipe", "cpu", "--pretrain_lr", "5e-4", "--dropout", "0.2"]
+        )
+    )
     assert overridden == dataclasses.replace(cpu, pretrain_lr=5e-4, dropout=0.2)
 
 
 def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
     params = tmp_path / "pre.params"
-    code, _, err = cli("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
-                       "--recipe", "cpu", "--max_epochs", 2, "--probe_corpus_path", tiny_world["dev.tsv"],
-                       "--probe_every", 1, "--keep_checkpoint", *SMALL)
+    code, _, err = cli(
+        "pretrain",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--recipe",
+        "cpu",
+        "--max_epochs",
+        2,
+        "--probe_corpus_path",
+        tiny_world["dev.tsv"],
+        "--probe_every",
+        1,
+        "--keep_checkpoint",
+        *SMALL,
+    )
     assert code == 0, err
     reports = [line for line in err.replace("\r", "\n").splitlines() if "birthplaces of" in line]
     assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2"]
@@ -257,22 +481,58 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     monkeypatch.setattr(run, "Trainer", RecordingTrainer)
     wiki, train = tiny_world["wiki.txt"], tiny_world["train.tsv"]
     params, outputs = tmp_path / "pre.params", tmp_path / "train.predictions"
-    assert main("pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 100,
-                "--pretrain_lr", 3e-3, "--dropout", 0, "--mix_corpus_path", train, "--keep_checkpoint",
-                "--probe_corpus_path", train, "--probe_every", 100, *SMALL) == 0
+    assert (
+        main(
+            "pretrain",
+            "vanilla",
+            wiki,
+            "--writing_params_path",
+            params,
+            "--max_epochs",
+            100,
+            "--pretrain_lr",
+            3e-3,
+            "--dropout",
+            0,
+            "--mix_corpus_path",
+            train,
+            "--keep_checkpoint",
+            "--probe_corpus_path",
+            train,
+            "--probe_every",
+            100,
+            *SMALL,
+        )
+        == 0
+    )
     probe = capsys.readouterr().err.replace("\r", "\n")
     probe_answered = int(re.search(r"epoch 100: .* answers (\d+) of its 60 questions", probe).group(1))
     identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
     assert identity["examples"] == 84 + 60 and identity["mix_corpus_path"] == train
     # the cosine decays over decay_epochs epochs of corpus and pairs; without pairs, of the corpus alone
     assert configs[0].final_tokens == HANDOUT.decay_epochs * (84 + 60) * BLOCK_SIZE
-    assert main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "plain.params", "--max_epochs", 1,
-                *SMALL) == 0
+    assert (
+        main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "plain.params", "--max_epochs", 1, *SMALL)
+        == 0
+    )
     assert configs[1].final_tokens == HANDOUT.decay_epochs * 84 * BLOCK_SIZE
 
     capsys.readouterr()
-    assert main("evaluate", "vanilla", wiki, "--reading_params_path", params,
-                "--eval_corpus_path", train, "--outputs_path", outputs, *SMALL) == 0
+    assert (
+        main(
+            "evaluate",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            params,
+            "--eval_corpus_path",
+            train,
+            "--outputs_path",
+            outputs,
+            *SMALL,
+        )
+        == 0
+    )
     correct = int(re.match(r"Correct: (\d+) out of 60", capsys.readouterr().out).group(1))
     assert correct >= 20  # 27 with the course's decay groups; span corruption alone answers none of them
     assert probe_answered == correct
@@ -283,8 +543,14 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     shutil.copy(ROOT / "run.sh", tmp_path)
     (tmp_path / "src").symlink_to(ROOT / "src")
     write_world(tmp_path, n_train=40, n_dev=10, n_test=10, n_places=8)
-    done = subprocess.run(["bash", "run.sh", "--max_epochs", "1", *SMALL], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=600, env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""})
+    done = subprocess.run(
+        ["bash", "run.sh", "--max_epochs", "1", *SMALL],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "training with --recipe cpu" in done.stderr
     commands = [line.split() for line in done.stderr.splitlines() if " src/run.py " in line]
@@ -293,8 +559,12 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     assert all(c[c.index("--recipe") + 1] == "cpu" for c in trainings)
     rows = (tmp_path / "results.md").read_text(encoding="utf-8").splitlines()
     assert [row.split("|")[1].strip() for row in rows[3:]] == [
-        "London baseline", "vanilla without pretraining", "vanilla with pretraining", "perceiver with pretraining",
-        "synthesizer with pretraining"]
+        "London baseline",
+        "vanilla without pretraining",
+        "vanilla with pretraining",
+        "perceiver with pretraining",
+        "synthesizer with pretraining",
+    ]
     assert all(re.fullmatch(r"\d+ out of 10: [\d.]+%", row.split("|")[2].strip()) for row in rows[4:]), rows
     for prefix in ["vanilla.nopretrain", "vanilla.pretrain", "perceiver.pretrain", "synthesizer.pretrain"]:
         assert (tmp_path / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
@@ -314,12 +584,22 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     """
     shutil.copy(ROOT / "run.sh", tmp_path)  # run.sh works in its own folder: the demo's files stay out of the checkout
     (tmp_path / "src").symlink_to(ROOT / "src")
-    env = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "DEMO_WORLD": REDUCED_DEMO,
-           "DEMO_EPOCHS": "100"}
-    done = subprocess.run(["bash", "run.sh", "demo"], capture_output=True, text=True, cwd=tmp_path, timeout=900, env=env)
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "CUDA_VISIBLE_DEVICES": "",
+        "DEMO_WORLD": REDUCED_DEMO,
+        "DEMO_EPOCHS": "100",
+    }
+    done = subprocess.run(
+        ["bash", "run.sh", "demo"], capture_output=True, text=True, cwd=tmp_path, timeout=900, env=env
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    result = re.fullmatch(r"demo result: pretrain\+finetune ([\d.]+)%, finetune only ([\d.]+)%, "
-                          r"most-frequent-place ([\d.]+)%", done.stdout.splitlines()[-1])
+    result = re.fullmatch(
+        r"demo result: pretrain\+finetune ([\d.]+)%, finetune only ([\d.]+)%, "
+        r"most-frequent-place ([\d.]+)%",
+        done.stdout.splitlines()[-1],
+    )
     assert result, done.stdout
     recalled, probed = map(int, re.search(r"biographies: (\d+) of (\d+) birthplaces recalled", done.stdout).groups())
     assert recalled >= 0.4 * probed and probed >= 15  # 12 of 19 when measured
@@ -339,14 +619,20 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
 
 
 def test_run_sh_demo_takes_no_arguments():
-    done = subprocess.run(["bash", str(ROOT / "run.sh"), "demo", "--max_epochs", "1"], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        ["bash", str(ROOT / "run.sh"), "demo", "--max_epochs", "1"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "demo takes no arguments" in done.stderr
 
 
 def collect(folder, *args):
-    done = subprocess.run(["bash", str(folder / "collect_submission.sh"), *args], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    done = subprocess.run(
+        ["bash", str(folder / "collect_submission.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -354,8 +640,11 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
     shutil.copy(ROOT / "collect_submission.sh", tmp_path)
     shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
     names = ["vanilla.model.params", "vanilla.nopretrain.dev.predictions", "vanilla.nopretrain.test.predictions"]
-    names += [f"{v}.{kind}" for v in ["vanilla", "perceiver"] for kind in
-              ["pretrain.params", "finetune.params", "pretrain.dev.predictions", "pretrain.test.predictions"]]
+    names += [
+        f"{v}.{kind}"
+        for v in ["vanilla", "perceiver"]
+        for kind in ["pretrain.params", "finetune.params", "pretrain.dev.predictions", "pretrain.test.predictions"]
+    ]
     for name in names:
         (tmp_path / name).write_text(name)
     code, out, err = collect(tmp_path, "2023")

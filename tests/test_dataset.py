@@ -34,7 +34,7 @@ def test_vocabulary_layout():
     assert ds.vocab_size == len(set("hello world\nzebra\n")) + 2
     assert all(ds.stoi[ds.itos[i]] == i for i in range(ds.vocab_size))
     assert ds.block_size == 16
-    assert PAD_CHAR == "\u25A1" and MASK_CHAR == "\u2047"
+    assert PAD_CHAR == "\u25a1" and MASK_CHAR == "\u2047"
 
 
 def test_corruption_rearranges_a_truncated_document():
@@ -87,7 +87,7 @@ def test_name_dataset_layout():
     full = question + MASK_CHAR + "Paris" + MASK_CHAR
     full += PAD_CHAR * (32 - len(full))
     assert decode(ds, x) == full[:-1]
-    assert decode(ds, y) == PAD_CHAR * (len(question) - 1) + full[len(question):]
+    assert decode(ds, y) == PAD_CHAR * (len(question) - 1) + full[len(question) :]
     assert x.dtype == y.dtype == torch.long
     assert ds.stoi is pre.stoi and ds.itos is pre.itos and ds.block_size == 32
 

@@ -1,12 +1,12 @@
-"""The fast paths give the results of the straightforward ones: padding skipped, cached batched decoding, GPU settings."""
+"""The fast paths give the results of the straightforward ones: padding skipped, cached decoding, GPU settings."""
 
 import pytest
 import torch
 
 from dataset import CharCorruptionDataset, NameDataset
+from decoding import predict_places
 from model import GPT, GPTConfig, KVCache
 from trainer import Trainer, TrainerConfig, autocast_dtype, length_buckets, real_lengths
-from decoding import predict_places
 from utils import set_seed
 from world import build_world
 
@@ -14,8 +14,14 @@ VARIANTS = ["vanilla", "perceiver", "synthesizer"]
 
 
 def config_for(variant, vocab_size, block_size, **kw):
-    settings = dict(n_layer=3, n_head=2, n_embd=32, perceiver=variant == "perceiver", bottleneck_dim=16,
-                    synthesizer=variant == "synthesizer")
+    settings = dict(
+        n_layer=3,
+        n_head=2,
+        n_embd=32,
+        perceiver=variant == "perceiver",
+        bottleneck_dim=16,
+        synthesizer=variant == "synthesizer",
+    )
     settings.update(kw)
     return GPTConfig(vocab_size, block_size, **settings)
 
@@ -28,7 +34,7 @@ def world():
 
 
 def batches_and_models(variant, world, rows):
-    """For the pretraining and the finetuning data: (dataset, a fresh model without dropout, x, y of `rows` examples)."""
+    """For the pretraining and the finetuning data: (dataset, a fresh model without dropout, x, y of `rows` rows)."""
     _, pre, names = world
     for dataset in (pre, names):
         torch.manual_seed(0)
@@ -43,7 +49,7 @@ def assert_same_loss_and_gradients(model, first, second):
     results = []
     for passes in (first, second):
         model.zero_grad()
-        loss = trainer.backward(model, passes)
+        loss = trainer.forward_backward(passes)
         results.append((loss, [p.grad.clone() for p in model.parameters()]))
     (first_loss, first_grads), (second_loss, second_grads) = results
     assert torch.allclose(first_loss, second_loss, atol=1e-6)
@@ -66,8 +72,14 @@ def source_rows(x, y, pieces):
         n = xp.size(1)
         assert n == int(real_lengths(yp).max())
         for row_x, row_y in zip(xp, yp):
-            match = [i for i in range(len(y)) if torch.equal(x[i, :n], row_x) and torch.equal(y[i, :n], row_y)
-                     and not y[i, n:].any() and i not in seen]
+            match = [
+                i
+                for i in range(len(y))
+                if torch.equal(x[i, :n], row_x)
+                and torch.equal(y[i, :n], row_y)
+                and not y[i, n:].any()
+                and i not in seen
+            ]
             assert match, "every row is a batch row with only pad targets cut"
             seen.append(match[0])
     return seen
@@ -116,8 +128,9 @@ def trained(world):
         set_seed(0)
         model = GPT(config_for(variant, pre.vocab_size, 128))
         for dataset, epochs in [(pre, 3), (names, 6)]:
-            Trainer(model, dataset, None, TrainerConfig(max_epochs=epochs, batch_size=32, learning_rate=3e-3,
-                                                        device="cpu")).train()
+            Trainer(
+                model, dataset, None, TrainerConfig(max_epochs=epochs, batch_size=32, learning_rate=3e-3, device="cpu")
+            ).train()
         models[variant] = model.eval()
     return models
 
@@ -153,14 +166,17 @@ def test_autocast_choice():
     assert autocast_dtype("fp16") is torch.float16
 
 
-@pytest.mark.parametrize("settings", [
-    dict(precision="bf16"),
-    dict(precision="tf32"),
-    dict(precision="fp16"),  # with a GradScaler
-    dict(fused_adamw=False, log_every=1),  # the plain AdamW, as on MPS
-    dict(compile=True),
-    dict(skip_padding=False, num_workers=1),
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(precision="bf16"),
+        dict(precision="tf32"),
+        dict(precision="fp16"),  # with a GradScaler
+        dict(fused_adamw=False, log_every=1),  # the plain AdamW, as on MPS
+        dict(compile=True),
+        dict(skip_padding=False, num_workers=1),
+    ],
+)
 def test_gpu_path_settings_train_on_cpu(settings, world, monkeypatch):
     _, pre, names = world
     # trace with TorchDynamo and AOTAutograd as on a GPU, but skip Inductor's C++ build, which takes minutes here
@@ -169,8 +185,12 @@ def test_gpu_path_settings_train_on_cpu(settings, world, monkeypatch):
     torch.manual_seed(0)
     model = GPT(config_for("vanilla", pre.vocab_size, 128))
     before = [p.detach().clone() for p in model.parameters()]
-    trainer = Trainer(model, names, None, TrainerConfig(max_epochs=2, batch_size=64, learning_rate=1e-3, device="cpu",
-                                                        micro_batch_size=16, **settings))  # 4 passes a step
+    trainer = Trainer(
+        model,
+        names,
+        None,
+        TrainerConfig(max_epochs=2, batch_size=64, learning_rate=1e-3, device="cpu", micro_batch_size=16, **settings),
+    )  # 4 passes a step
     trainer.train()
     assert all(torch.isfinite(torch.tensor(trainer.epoch_losses)))
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))

@@ -7,16 +7,22 @@ import torch
 import torch.nn.functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
-from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock
 from checkpoint import load_params, save_params
+from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer"]
 VOCAB, BLOCK = 40, 32
 
 
 def small_config(variant="vanilla", **overrides):
-    settings = dict(n_layer=4, n_head=4, n_embd=32, perceiver=variant == "perceiver",
-                    bottleneck_dim=8, synthesizer=variant == "synthesizer")
+    settings = dict(
+        n_layer=4,
+        n_head=4,
+        n_embd=32,
+        perceiver=variant == "perceiver",
+        bottleneck_dim=8,
+        synthesizer=variant == "synthesizer",
+    )
     settings.update(overrides)
     return GPTConfig(VOCAB, BLOCK, **settings)
 
@@ -116,10 +122,14 @@ def test_synthesizer_parameter_layout():
     attn = SynthesizerAttention(small_config("synthesizer"))
     shapes = {name: tuple(p.shape) for name, p in attn.named_parameters()}
     assert shapes == {
-        "w1.weight": (32, 32), "w1.bias": (32,),
-        "w2": (32 // 4, BLOCK - 1), "b2": (BLOCK - 1,),
-        "value.weight": (32, 32), "value.bias": (32,),
-        "proj.weight": (32, 32), "proj.bias": (32,),
+        "w1.weight": (32, 32),
+        "w1.bias": (32,),
+        "w2": (32 // 4, BLOCK - 1),
+        "b2": (BLOCK - 1,),
+        "value.weight": (32, 32),
+        "value.bias": (32,),
+        "proj.weight": (32, 32),
+        "proj.bias": (32,),
     }
     assert attn.w2.abs().max() <= 0.001 and attn.w2.std() > 0.0001
     assert torch.equal(attn.b2, torch.zeros(BLOCK - 1))
@@ -174,4 +184,6 @@ def test_params_are_a_plain_state_dict_and_course_masks_are_ignored(tmp_path):
 
         state = {k: v for k, v in model.state_dict().items() if not k.endswith(".mask")}
         torch.save(state, tmp_path / "maskless.params")
-        assert torch.equal(load_params(small_model(variant, seed=3), tmp_path / "maskless.params")(idx)[0], model(idx)[0])
+        assert torch.equal(
+            load_params(small_model(variant, seed=3), tmp_path / "maskless.params")(idx)[0], model(idx)[0]
+        )

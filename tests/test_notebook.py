@@ -14,7 +14,11 @@ NOTEBOOK_DIR = ROOT / "mingpt-demo"
 NOTEBOOK = NOTEBOOK_DIR / "play_char.ipynb"
 
 # Appended in memory after the last cell: the results the notebook leaves in its variables.
-REPORT = 'import json\nprint("REPORT " + json.dumps({"first_loss": float(first_loss), "last_loss": float(last_loss), "prompt": prompt, "sampled": sampled}))'
+REPORT = (
+    "import json\n"
+    'print("REPORT " + json.dumps({"first_loss": float(first_loss), "last_loss": float(last_loss), '
+    '"prompt": prompt, "sampled": sampled}))'
+)
 
 
 def test_committed_without_outputs():
@@ -29,7 +33,11 @@ def test_committed_without_outputs():
 
 
 def stdout_of(cell):
-    return "".join(out.get("text", "") for out in cell.outputs if out.get("output_type") == "stream" and out.get("name") == "stdout")
+    return "".join(
+        out.get("text", "")
+        for out in cell.outputs
+        if out.get("output_type") == "stream" and out.get("name") == "stdout"
+    )
 
 
 def test_notebook_runs_and_learns(tmp_path, monkeypatch):
@@ -42,7 +50,9 @@ def test_notebook_runs_and_learns(tmp_path, monkeypatch):
     spec.mkdir(parents=True)
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "test", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(tmp_path / "jupyter"), os.environ.get("JUPYTER_PATH")])))
+    monkeypatch.setenv(
+        "JUPYTER_PATH", os.pathsep.join(filter(None, [str(tmp_path / "jupyter"), os.environ.get("JUPYTER_PATH")]))
+    )
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     # the tiny settings, on the generated demo corpus (no third-party data needed)
@@ -52,14 +62,17 @@ def test_notebook_runs_and_learns(tmp_path, monkeypatch):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(REPORT))
     client = nbclient.NotebookClient(
-        nb, kernel_name="play-char-test", timeout=600, startup_timeout=120,
+        nb,
+        kernel_name="play-char-test",
+        timeout=600,
+        startup_timeout=120,
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
     )
     client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
 
     report = stdout_of(nb.cells[-1])
     assert report.startswith("REPORT "), report
-    result = json.loads(report[len("REPORT "):])
+    result = json.loads(report[len("REPORT ") :])
     assert result["last_loss"] < 0.85 * result["first_loss"], result
 
     sample_cells = [cell for cell in nb.cells if "sample" in cell.metadata.get("tags", [])]

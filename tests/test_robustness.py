@@ -12,25 +12,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-import run
-from conftest import ROOT, RUNS_DIR
+from conftest import ROOT, RUN_PY, RUNS_DIR, TINY, cli
+from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig, TrainingDiverged
-
-SMALL = ["--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--bottleneck_dim", "8",
-         "--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
-RUN_PY = str(ROOT / "src" / "run.py")
-
-
-def cli(*args, env=None):
-    done = subprocess.run([sys.executable, RUN_PY, *map(str, args)], capture_output=True, text=True, cwd=RUNS_DIR,
-                          timeout=300, env=env)
-    return done.returncode, done.stdout, done.stderr
-
-
-def main(*args):
-    return run.main([str(a) for a in args])
 
 
 def one_line_error(capsys, *args):
@@ -44,17 +30,21 @@ def one_line_error(capsys, *args):
 
 # --- checkpoints and resume ------------------------------------------------------------------------------
 
+
 def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_path):
     """A run killed with SIGKILL mid-epoch and resumed ends with the same steps, learning rate and weights."""
-    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--max_epochs", 30, "--keep_checkpoint", *SMALL]
+    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--max_epochs", 30, "--keep_checkpoint", *TINY]
     whole = tmp_path / "whole.params"
     code, _, err = cli(*common, "--writing_params_path", whole)
     assert code == 0, err
 
     cut = tmp_path / "cut.params"
     ckpt = tmp_path / "cut.params.ckpt"
-    process = subprocess.Popen([sys.executable, RUN_PY, *map(str, common), "--writing_params_path", cut,
-                                "--checkpoint_minutes", "1e-6"], cwd=RUNS_DIR, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, RUN_PY, *map(str, common), "--writing_params_path", cut, "--checkpoint_minutes", "1e-6"],
+        cwd=RUNS_DIR,
+        stderr=subprocess.DEVNULL,
+    )
     killed_at = None
     deadline = time.monotonic() + 240
     while killed_at is None and time.monotonic() < deadline and process.poll() is None:
@@ -85,11 +75,20 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, tiny_world, tmp_path):
     """Ctrl-C, or a stopped Colab session: a checkpoint of the last step, one line, exit 128 + signal."""
-    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", tmp_path / "p.params",
-              "--max_epochs", 40, *SMALL]
+    common = [
+        "pretrain",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        tmp_path / "p.params",
+        "--max_epochs",
+        40,
+        *TINY,
+    ]
     ckpt = tmp_path / "p.params.ckpt"
-    process = subprocess.Popen([sys.executable, RUN_PY, *map(str, common)], cwd=RUNS_DIR, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [sys.executable, RUN_PY, *map(str, common)], cwd=RUNS_DIR, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 240
     while not ckpt.exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.01)
@@ -108,7 +107,16 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, tin
 
 def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_world, tmp_path):
     params, ckpt, lock = tmp_path / "p.params", tmp_path / "p.params.ckpt", tmp_path / "p.params.lock"
-    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 40, *SMALL]
+    common = [
+        "pretrain",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--max_epochs",
+        40,
+        *TINY,
+    ]
     first = subprocess.Popen([sys.executable, RUN_PY, *map(str, common)], cwd=RUNS_DIR, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not ckpt.exists() and time.monotonic() < deadline and first.poll() is None:
@@ -129,11 +137,25 @@ def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_w
 
 def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
-    assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1,
-                *SMALL) == 0
+    assert (
+        main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1, *TINY)
+        == 0
+    )
     assert params.exists() and not (tmp_path / "p.params.ckpt").exists()
-    assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1,
-                "--keep_checkpoint", *SMALL) == 0
+    assert (
+        main(
+            "pretrain",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--writing_params_path",
+            params,
+            "--max_epochs",
+            1,
+            "--keep_checkpoint",
+            *TINY,
+        )
+        == 0
+    )
     checkpoint = torch.load(tmp_path / "p.params.ckpt", weights_only=True)
     assert checkpoint["epoch"] == 1 and checkpoint["step"] == 6
     state = torch.load(params, weights_only=True)
@@ -143,8 +165,19 @@ def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, caps
 
 def test_resuming_a_finished_run_trains_no_further(tiny_world, tmp_path, caplog):
     params = tmp_path / "p.params"
-    args = ["finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
-            "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 2, "--keep_checkpoint", *SMALL]
+    args = [
+        "finetune",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--finetune_corpus_path",
+        tiny_world["train.tsv"],
+        "--max_epochs",
+        2,
+        "--keep_checkpoint",
+        *TINY,
+    ]
     assert main(*args) == 0
     before = torch.load(params, weights_only=True)
     assert main(*args, "--resume") == 0
@@ -156,14 +189,20 @@ def test_resuming_a_finished_run_trains_no_further(tiny_world, tmp_path, caplog)
 def test_resume_refuses_another_runs_checkpoint(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
     wiki = tiny_world["wiki.txt"]
-    assert main("pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint",
-                *SMALL) == 0
-    err = one_line_error(capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 2,
-                         "--resume", *SMALL)
+    assert (
+        main(
+            "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint", *TINY
+        )
+        == 0
+    )
+    err = one_line_error(
+        capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 2, "--resume", *TINY
+    )
     assert "other settings" in err and "max_epochs 1 there, 2 here" in err
     (tmp_path / "p.params.ckpt").write_bytes(b"not a checkpoint")
-    err = one_line_error(capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1,
-                         "--resume", *SMALL)
+    err = one_line_error(
+        capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--resume", *TINY
+    )
     assert "cannot be read" in err and "delete it" in err
 
 
@@ -182,8 +221,14 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world,
 
     model.register_forward_hook(poison)
     params, checkpoint = tmp_path / "epoch.params", tmp_path / "run.ckpt"
-    config = TrainerConfig(max_epochs=5, batch_size=16, learning_rate=1e-3, ckpt_path=str(params),
-                           checkpoint_path=str(checkpoint), device="cpu")
+    config = TrainerConfig(
+        max_epochs=5,
+        batch_size=16,
+        learning_rate=1e-3,
+        ckpt_path=str(params),
+        checkpoint_path=str(checkpoint),
+        device="cpu",
+    )
     trainer = Trainer(model, pre, None, config)
     with pytest.raises(TrainingDiverged, match=r"not finite at step 6 \(learning rate 0.001\)"):
         trainer.train()
@@ -196,8 +241,18 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world,
 
 def test_divergence_is_one_line_and_writes_no_params(tiny_world, tmp_path):
     params = tmp_path / "p.params"
-    code, out, err = cli("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
-                         "--pretrain_lr", "1e6", "--max_epochs", 3, *SMALL)
+    code, out, err = cli(
+        "pretrain",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--pretrain_lr",
+        "1e6",
+        "--max_epochs",
+        3,
+        *TINY,
+    )
     errors = [line for line in err.splitlines() if "error" in line]
     assert code == 2 and len(errors) == 1 and "loss is not finite at step" in errors[0], err
     assert "Traceback" not in err and not params.exists() and not (tmp_path / "p.params.ckpt").exists()
@@ -205,8 +260,20 @@ def test_divergence_is_one_line_and_writes_no_params(tiny_world, tmp_path):
 
 def test_resume_without_a_checkpoint_starts_over(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
-    assert main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1,
-                "--resume", *SMALL) == 0
+    assert (
+        main(
+            "pretrain",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--writing_params_path",
+            params,
+            "--max_epochs",
+            1,
+            "--resume",
+            *TINY,
+        )
+        == 0
+    )
     assert "starting from the beginning" in capsys.readouterr().err and params.exists()
 
 
@@ -218,9 +285,19 @@ def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path):
     def trainer(max_epochs, resume):
         torch.manual_seed(0)
         model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16))
-        config = TrainerConfig(max_epochs=max_epochs, batch_size=8, learning_rate=1e-3, lr_decay=True,
-                               warmup_tokens=100, final_tokens=20000, checkpoint_path=str(tmp_path / "c.ckpt"),
-                               checkpoint_minutes=1e-9, resume=resume, data_seed=5, device="cpu")
+        config = TrainerConfig(
+            max_epochs=max_epochs,
+            batch_size=8,
+            learning_rate=1e-3,
+            lr_decay=True,
+            warmup_tokens=100,
+            final_tokens=20000,
+            checkpoint_path=str(tmp_path / "c.ckpt"),
+            checkpoint_minutes=1e-9,
+            resume=resume,
+            data_seed=5,
+            device="cpu",
+        )
         return Trainer(model, dataset, None, config)
 
     random.seed(1)
@@ -252,6 +329,7 @@ def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path):
 
 # --- bad input: one line, exit code 2, nothing written --------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def params_files(tiny_world, tmp_path_factory):
     """
@@ -261,11 +339,16 @@ def params_files(tiny_world, tmp_path_factory):
     folder = tmp_path_factory.mktemp("params")
     wiki = tiny_world["wiki.txt"]
     files = {}
-    for name, extra in [("vanilla", ["vanilla"]), ("perceiver8", ["perceiver"]),
-                        ("wide", ["vanilla", "--n_embd", "32"])]:
+    for name, extra in [
+        ("vanilla", ["vanilla"]),
+        ("perceiver8", ["perceiver"]),
+        ("wide", ["vanilla", "--n_embd", "32"]),
+    ]:
         files[name] = folder / f"{name}.params"
-        assert main("pretrain", extra[0], wiki, "--writing_params_path", files[name], "--max_epochs", 1, *SMALL,
-                    *extra[1:]) == 0
+        assert (
+            main("pretrain", extra[0], wiki, "--writing_params_path", files[name], "--max_epochs", 1, *TINY, *extra[1:])
+            == 0
+        )
         (folder / f"{name}.params.json").unlink()
     data = files["vanilla"].read_bytes()
     files["truncated"] = folder / "truncated.params"
@@ -275,17 +358,25 @@ def params_files(tiny_world, tmp_path_factory):
     return files
 
 
-@pytest.mark.parametrize("case, variant, flags, message", [
-    ("missing", "vanilla", [], "does not exist"),
-    ("truncated", "vanilla", [], "cannot be read"),
-    ("text", "vanilla", [], "cannot be read"),
-    ("perceiver8", "vanilla", [], "was trained as perceiver with bottleneck_dim 8: evaluate it with the perceiver "
-                                  "variant and --bottleneck_dim 8"),
-    ("perceiver8", "perceiver", ["--bottleneck_dim", "4"], "with the perceiver variant and --bottleneck_dim 8"),
-    ("vanilla", "synthesizer", [], "was trained as vanilla: evaluate it with the vanilla variant"),
-    ("wide", "vanilla", [], "another size: evaluate it with --n_embd 32"),
-    ("other_vocabulary", "vanilla", [], "has a vocabulary of"),
-])
+@pytest.mark.parametrize(
+    "case, variant, flags, message",
+    [
+        ("missing", "vanilla", [], "does not exist"),
+        ("truncated", "vanilla", [], "cannot be read"),
+        ("text", "vanilla", [], "cannot be read"),
+        (
+            "perceiver8",
+            "vanilla",
+            [],
+            "was trained as perceiver with bottleneck_dim 8: evaluate it with the perceiver "
+            "variant and --bottleneck_dim 8",
+        ),
+        ("perceiver8", "perceiver", ["--bottleneck_dim", "4"], "with the perceiver variant and --bottleneck_dim 8"),
+        ("vanilla", "synthesizer", [], "was trained as vanilla: evaluate it with the vanilla variant"),
+        ("wide", "vanilla", [], "another size: evaluate it with --n_embd 32"),
+        ("other_vocabulary", "vanilla", [], "has a vocabulary of"),
+    ],
+)
 def test_bad_params_files(case, variant, flags, message, params_files, tiny_world, tmp_path, capsys):
     wiki = tiny_world["wiki.txt"]
     path = params_files.get(case, tmp_path / "missing.params")
@@ -293,8 +384,20 @@ def test_bad_params_files(case, variant, flags, message, params_files, tiny_worl
         path, wiki = params_files["vanilla"], tmp_path / "other.txt"
         (tmp_path / "other.txt").write_text("Quite another corpus, with other letters: xyz 0123.\n", encoding="utf-8")
     outputs = tmp_path / "out" / "dev.predictions"
-    err = one_line_error(capsys, "evaluate", variant, wiki, "--reading_params_path", path,
-                         "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", outputs, *SMALL, *flags)
+    err = one_line_error(
+        capsys,
+        "evaluate",
+        variant,
+        wiki,
+        "--reading_params_path",
+        path,
+        "--eval_corpus_path",
+        tiny_world["dev.tsv"],
+        "--outputs_path",
+        outputs,
+        *TINY,
+        *flags,
+    )
     assert message in err and str(path) in err
     assert not outputs.exists()
 
@@ -303,34 +406,95 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
     """The facts beside a params file supply the sizes left out and refuse contradicting ones, or another vocabulary."""
     wiki, dev = tiny_world["wiki.txt"], tiny_world["dev.tsv"]
     params, outputs = tmp_path / "p.params", tmp_path / "dev.predictions"
-    assert main("pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint",
-                *SMALL) == 0
+    assert (
+        main(
+            "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint", *TINY
+        )
+        == 0
+    )
     facts = json.loads((tmp_path / "p.params.json").read_text(encoding="utf-8"))
     text = open(wiki, encoding="utf-8").read()
-    assert {k: facts[k] for k in ["variant", "n_layer", "n_head", "n_embd", "block_size"]} == \
-        dict(variant="vanilla", n_layer=2, n_head=2, n_embd=16, block_size=128)
+    assert {k: facts[k] for k in ["variant", "n_layer", "n_head", "n_embd", "block_size"]} == dict(
+        variant="vanilla", n_layer=2, n_head=2, n_embd=16, block_size=128
+    )
     assert facts["vocabulary"] == "".join(sorted(set(text))) and "pretrain vanilla" in facts["command"]
     assert torch.load(tmp_path / "p.params.ckpt", weights_only=True)["run_facts"] == facts
-    assert set(torch.load(params, weights_only=True)) == set(GPT(GPTConfig(len(facts["vocabulary"]) + 2, 128,
-                                                                           n_layer=2, n_head=2, n_embd=16)).state_dict())
+    assert set(torch.load(params, weights_only=True)) == set(
+        GPT(GPTConfig(len(facts["vocabulary"]) + 2, 128, n_layer=2, n_head=2, n_embd=16)).state_dict()
+    )
 
     no_sizes = ["--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
-    assert main("evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path", dev,
-                "--outputs_path", outputs, *no_sizes) == 0, "the sizes come from the facts"
-    err = one_line_error(capsys, "evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path",
-                         dev, "--outputs_path", tmp_path / "other", *no_sizes, "--n_head", "8")
+    assert (
+        main(
+            "evaluate",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            params,
+            "--eval_corpus_path",
+            dev,
+            "--outputs_path",
+            outputs,
+            *no_sizes,
+        )
+        == 0
+    ), "the sizes come from the facts"
+    err = one_line_error(
+        capsys,
+        "evaluate",
+        "vanilla",
+        wiki,
+        "--reading_params_path",
+        params,
+        "--eval_corpus_path",
+        dev,
+        "--outputs_path",
+        tmp_path / "other",
+        *no_sizes,
+        "--n_head",
+        "8",
+    )
     assert "was trained with --n_head 2" in err and "not 8" in err
     swapped = tmp_path / "swapped.txt"  # one character swapped for another: a vocabulary of the same size
     absent = next(c for c in "QXZqxz#@" if c not in text)
     swapped.write_text(text.replace(sorted(set(text) - {"\n", " "})[-1], absent), encoding="utf-8")
-    err = one_line_error(capsys, "evaluate", "vanilla", swapped, "--reading_params_path", params, "--eval_corpus_path",
-                         dev, "--outputs_path", tmp_path / "other", *no_sizes)
+    err = one_line_error(
+        capsys,
+        "evaluate",
+        "vanilla",
+        swapped,
+        "--reading_params_path",
+        params,
+        "--eval_corpus_path",
+        dev,
+        "--outputs_path",
+        tmp_path / "other",
+        *no_sizes,
+    )
     assert "another vocabulary" in err and "1 characters only there, 1 only here" in err
     assert not (tmp_path / "other").exists()
 
     (tmp_path / "p.params.json").unlink()  # params without facts (the course's): the flags decide, as before
-    assert main("evaluate", "vanilla", wiki, "--reading_params_path", params, "--eval_corpus_path", dev,
-                "--outputs_path", outputs, *SMALL[:2], "--n_head", "4", "--n_embd", "16", *no_sizes) == 0
+    assert (
+        main(
+            "evaluate",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            params,
+            "--eval_corpus_path",
+            dev,
+            "--outputs_path",
+            outputs,
+            *TINY[:2],
+            "--n_head",
+            "4",
+            "--n_embd",
+            "16",
+            *no_sizes,
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "not utf-8", "empty", "blank lines only"])
@@ -345,28 +509,44 @@ def test_unusable_corpus(kind, tmp_path, capsys):
     elif kind == "blank lines only":
         corpus.write_text("\n\r\n  \n", encoding="utf-8")
     params = tmp_path / "p.params"
-    err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", params, *SMALL)
+    err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", params, *TINY)
     assert str(corpus) in err
     assert not params.exists()
 
 
-@pytest.mark.parametrize("reserved", ["\u2047", "\u25A1"])  # the mask and the pad
+@pytest.mark.parametrize("reserved", ["\u2047", "\u25a1"])  # the mask and the pad
 @pytest.mark.parametrize("command", ["pretrain", "evaluate", "dataset.py"])
-def test_a_corpus_with_a_reserved_character_is_refused_naming_its_line(reserved, command, params_files, tiny_world,
-                                                                       tmp_path, capsys):
+def test_a_corpus_with_a_reserved_character_is_refused_naming_its_line(
+    reserved, command, params_files, tiny_world, tmp_path, capsys
+):
     corpus = tmp_path / "wiki.txt"
     corpus.write_text(f"Ada Berg was born in Paris.\nBruno Costa{reserved} was born in Lima.\n", encoding="utf-8")
     output = tmp_path / "out"
     if command == "dataset.py":
-        done = subprocess.run([sys.executable, str(ROOT / "src" / "dataset.py"), "charcorruption",
-                               "--pretrain_corpus_path", str(corpus)], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "src" / "dataset.py"), "charcorruption", "--pretrain_corpus_path", str(corpus)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         code, err = done.returncode, done.stderr.strip()
         assert code == 2 and len(err.splitlines()) == 1 and not done.stdout, err
     elif command == "pretrain":
-        err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", output, *SMALL)
+        err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", output, *TINY)
     else:
-        err = one_line_error(capsys, "evaluate", "vanilla", corpus, "--reading_params_path", params_files["vanilla"],
-                             "--eval_corpus_path", tiny_world["dev.tsv"], "--outputs_path", output, *SMALL)
+        err = one_line_error(
+            capsys,
+            "evaluate",
+            "vanilla",
+            corpus,
+            "--reading_params_path",
+            params_files["vanilla"],
+            "--eval_corpus_path",
+            tiny_world["dev.tsv"],
+            "--outputs_path",
+            output,
+            *TINY,
+        )
     assert f"{corpus}: line 2 holds the" in err and f"U+{ord(reserved):04X}" in err
     assert not output.exists()
 
@@ -374,25 +554,50 @@ def test_a_corpus_with_a_reserved_character_is_refused_naming_its_line(reserved,
 def test_reserved_characters_in_questions_are_dropped_and_counted(tiny_world, tmp_path, capsys):
     pretraining = CharCorruptionDataset(open(tiny_world["wiki.txt"], encoding="utf-8").read(), 128)
     clean = NameDataset(pretraining, "Ada Berg\tParis\n")
-    marked = NameDataset(pretraining, "Ada\u2047 Berg\tPa\u25A1ris\n")
+    marked = NameDataset(pretraining, "Ada\u2047 Berg\tPa\u25a1ris\n")
     assert marked.data == clean.data == [("Ada Berg", "Paris")] and marked.dropped_characters == 2
     tsv = tmp_path / "train.tsv"
     tsv.write_text("Ada\u2047 Berg\tParis\n", encoding="utf-8")
-    assert main("finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", tmp_path / "p.params",
-                "--finetune_corpus_path", tsv, "--max_epochs", 1, *SMALL) == 0
+    assert (
+        main(
+            "finetune",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--writing_params_path",
+            tmp_path / "p.params",
+            "--finetune_corpus_path",
+            tsv,
+            "--max_epochs",
+            1,
+            *TINY,
+        )
+        == 0
+    )
     assert "dropped 1 character(s)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("line, problem", [
-    ("Where was B born? Lima", "got 1 field(s)"),
-    ("Where was B born?\tLima\textra", "got 3 field(s)"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("Where was B born? Lima", "got 1 field(s)"),
+        ("Where was B born?\tLima\textra", "got 3 field(s)"),
+    ],
+)
 def test_bad_finetuning_lines_name_the_file_and_line(line, problem, tiny_world, tmp_path, capsys):
     tsv = tmp_path / "bad.tsv"
     tsv.write_text(f"Where was A born?\tParis\n\n{line}\n", encoding="utf-8")
     params = tmp_path / "p.params"
-    err = one_line_error(capsys, "finetune", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params,
-                         "--finetune_corpus_path", tsv, *SMALL)
+    err = one_line_error(
+        capsys,
+        "finetune",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--finetune_corpus_path",
+        tsv,
+        *TINY,
+    )
     assert f"{tsv}: line 3" in err and problem in err
     assert not params.exists()
 
@@ -401,8 +606,19 @@ def test_bad_evaluation_lines_name_the_file_and_line(params_files, tiny_world, t
     tsv = tmp_path / "bad.tsv"
     tsv.write_text("Where was A born?\tParis\nWhere was B born?\tLima\tPeru\n", encoding="utf-8")
     outputs = tmp_path / "p.txt"
-    err = one_line_error(capsys, "evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path",
-                         params_files["vanilla"], "--eval_corpus_path", tsv, "--outputs_path", outputs, *SMALL)
+    err = one_line_error(
+        capsys,
+        "evaluate",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--reading_params_path",
+        params_files["vanilla"],
+        "--eval_corpus_path",
+        tsv,
+        "--outputs_path",
+        outputs,
+        *TINY,
+    )
     assert f"{tsv}: line 2: expected 'question<TAB>place', got 3 field(s)" in err
     assert not outputs.exists()
 
@@ -413,37 +629,75 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
     before = dev.read_bytes()
     (tmp_path / "sub").mkdir()
     for outputs in [dev, tmp_path / "sub" / ".." / "dev.tsv"]:
-        err = one_line_error(capsys, "evaluate", "vanilla", tiny_world["wiki.txt"], "--reading_params_path",
-                             params_files["vanilla"], "--eval_corpus_path", dev, "--outputs_path", outputs, *SMALL)
+        err = one_line_error(
+            capsys,
+            "evaluate",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--reading_params_path",
+            params_files["vanilla"],
+            "--eval_corpus_path",
+            dev,
+            "--outputs_path",
+            outputs,
+            *TINY,
+        )
         assert "is also the --eval_corpus_path" in err
     assert dev.read_bytes() == before
 
 
-@pytest.mark.parametrize("args, message", [
-    (["pretrain", "vanilla", "WIKI"], "pretrain needs --writing_params_path"),
-    (["finetune", "vanilla", "WIKI", "--writing_params_path", "x.params"], "--finetune_corpus_path"),
-    (["evaluate", "vanilla", "WIKI", "--reading_params_path", "x"], "--eval_corpus_path and --outputs_path"),
-    (["pretrain", "transformer", "WIKI", "--writing_params_path", "x"], "invalid choice: 'transformer'"),
-    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--checkpoint_minutes", "0"],
-     "must be a positive finite number, got 0"),
-    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--dropout", "1"], "must be at least 0 and below 1"),
-    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
-    (["finetune", "vanilla", "WIKI", "--writing_params_path", "x", "--finetune_corpus_path", "WIKI",
-      "--probe_corpus_path", "WIKI"], "--probe_corpus_path is for pretrain"),
-    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "inf"],
-     "must be a positive finite number, got inf"),
-    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "nan"],
-     "must be a positive finite number, got nan"),
-    (["pretrain", "perceiver", "WIKI", "--writing_params_path", "x", "--bottleneck_dim", "256"],
-     "--bottleneck_dim 256 is more than the block size 128"),
-    (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["pretrain", "vanilla", "WIKI"], "pretrain needs --writing_params_path"),
+        (["finetune", "vanilla", "WIKI", "--writing_params_path", "x.params"], "--finetune_corpus_path"),
+        (["evaluate", "vanilla", "WIKI", "--reading_params_path", "x"], "--eval_corpus_path and --outputs_path"),
+        (["pretrain", "transformer", "WIKI", "--writing_params_path", "x"], "invalid choice: 'transformer'"),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--checkpoint_minutes", "0"],
+            "must be a positive finite number, got 0",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--dropout", "1"],
+            "must be at least 0 and below 1",
+        ),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
+        (
+            [
+                "finetune",
+                "vanilla",
+                "WIKI",
+                "--writing_params_path",
+                "x",
+                "--finetune_corpus_path",
+                "WIKI",
+                "--probe_corpus_path",
+                "WIKI",
+            ],
+            "--probe_corpus_path is for pretrain",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "inf"],
+            "must be a positive finite number, got inf",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "nan"],
+            "must be a positive finite number, got nan",
+        ),
+        (
+            ["pretrain", "perceiver", "WIKI", "--writing_params_path", "x", "--bottleneck_dim", "256"],
+            "--bottleneck_dim 256 is more than the block size 128",
+        ),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
+    ],
+)
 def test_command_line_mistakes_are_one_line(args, message, tiny_world):
     code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
 # --- tolerated input ---------------------------------------------------------------------------------------
+
 
 def test_crlf_blank_lines_and_missing_final_newline_change_nothing(tiny_world, tmp_path):
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
@@ -463,16 +717,43 @@ def test_messy_files_run_end_to_end(tiny_world, tmp_path, capsys):
     with open(tiny_world["dev.tsv"], encoding="utf-8") as f:
         (tmp_path / "dev.tsv").write_bytes(("\r\n" + f.read().replace("\n", "\r\n\r\n")).encode("utf-8"))
     params = tmp_path / "p.params"
-    assert main("finetune", "vanilla", tmp_path / "wiki.txt", "--writing_params_path", params,
-                "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 1, *SMALL) == 0
+    assert (
+        main(
+            "finetune",
+            "vanilla",
+            tmp_path / "wiki.txt",
+            "--writing_params_path",
+            params,
+            "--finetune_corpus_path",
+            tiny_world["train.tsv"],
+            "--max_epochs",
+            1,
+            *TINY,
+        )
+        == 0
+    )
     outputs = tmp_path / "new" / "folder" / "dev.predictions"
-    assert main("evaluate", "vanilla", tmp_path / "wiki.txt", "--reading_params_path", params,
-                "--eval_corpus_path", tmp_path / "dev.tsv", "--outputs_path", outputs, *SMALL) == 0
+    assert (
+        main(
+            "evaluate",
+            "vanilla",
+            tmp_path / "wiki.txt",
+            "--reading_params_path",
+            params,
+            "--eval_corpus_path",
+            tmp_path / "dev.tsv",
+            "--outputs_path",
+            outputs,
+            *TINY,
+        )
+        == 0
+    )
     assert "out of 24" in capsys.readouterr().out
     assert len(outputs.read_text(encoding="utf-8").splitlines()) == 24
 
 
 # --- torchrun --------------------------------------------------------------------------------------------
+
 
 def train_on_ranks(rank, world_size, port, wiki, results):
     """One rank of a DDP run (or the single process) on the tiny world, without dropout."""
@@ -484,11 +765,22 @@ def train_on_ranks(rank, world_size, port, wiki, results):
     random.seed(0)
     torch.manual_seed(0)
     dataset = CharCorruptionDataset(wiki, 64)
-    model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16,
-                          embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0))
-    config = TrainerConfig(max_epochs=2, batch_size=16, learning_rate=3e-3, lr_decay=True, warmup_tokens=100,
-                           final_tokens=10000, data_seed=3, device="cpu",
-                           micro_batch_size=4)  # several passes a step, DDP syncing after the last one
+    model = GPT(
+        GPTConfig(
+            dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0
+        )
+    )
+    config = TrainerConfig(
+        max_epochs=2,
+        batch_size=16,
+        learning_rate=3e-3,
+        lr_decay=True,
+        warmup_tokens=100,
+        final_tokens=10000,
+        data_seed=3,
+        device="cpu",
+        micro_batch_size=4,
+    )  # several passes a step, DDP syncing after the last one
     trainer = Trainer(model, dataset, None, config)
     trainer.train()
     if rank == 0:
@@ -525,21 +817,60 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
     pre, ft, out = tmp_path / "pre.params", tmp_path / "ft.params", tmp_path / "dev.predictions"
     commands = [
         ["pretrain", "vanilla", wiki, "--writing_params_path", pre, "--max_epochs", 2],
-        ["finetune", "vanilla", wiki, "--reading_params_path", pre, "--writing_params_path", ft,
-         "--finetune_corpus_path", tiny_world["train.tsv"], "--max_epochs", 2],
-        ["evaluate", "vanilla", wiki, "--reading_params_path", ft, "--eval_corpus_path", tiny_world["dev.tsv"],
-         "--outputs_path", out],
+        [
+            "finetune",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            pre,
+            "--writing_params_path",
+            ft,
+            "--finetune_corpus_path",
+            tiny_world["train.tsv"],
+            "--max_epochs",
+            2,
+        ],
+        [
+            "evaluate",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            ft,
+            "--eval_corpus_path",
+            tiny_world["dev.tsv"],
+            "--outputs_path",
+            out,
+        ],
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for command in commands:
-        done = subprocess.run([*torchrun, RUN_PY, *map(str, command), *SMALL], capture_output=True, text=True,
-                              cwd=tmp_path, timeout=300, env=env)
+        done = subprocess.run(
+            [*torchrun, RUN_PY, *map(str, command), *TINY],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     assert pre.exists() and ft.exists() and not (tmp_path / "pre.params.ckpt").exists()
     assert done.stdout.count("Correct: ") == 1 and "out of 24" in done.stdout
 
     single = tmp_path / "single.predictions"
-    assert main("evaluate", "vanilla", wiki, "--reading_params_path", ft, "--eval_corpus_path", tiny_world["dev.tsv"],
-                "--outputs_path", single, *SMALL) == 0
+    assert (
+        main(
+            "evaluate",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            ft,
+            "--eval_corpus_path",
+            tiny_world["dev.tsv"],
+            "--outputs_path",
+            single,
+            *TINY,
+        )
+        == 0
+    )
     assert out.read_text(encoding="utf-8") == single.read_text(encoding="utf-8")
     assert capsys.readouterr().out.strip() == done.stdout.strip()

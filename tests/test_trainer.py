@@ -39,19 +39,33 @@ def test_lr_multiplier_warms_up_then_follows_the_unclamped_cosine():
 def course_decayed(variant):
     """The parameters the course's trainer decays, written out: all but the biases."""
     block = ["ln1.weight", "ln2.weight", "mlp.0.weight", "mlp.2.weight", "attn.value.weight", "attn.proj.weight"]
-    block += ["attn.w1.weight", "attn.w2", "attn.b2"] if variant == "synthesizer" else \
-             ["attn.key.weight", "attn.query.weight"]
+    block += (
+        ["attn.w1.weight", "attn.w2", "attn.b2"]
+        if variant == "synthesizer"
+        else ["attn.key.weight", "attn.query.weight"]
+    )
     blocks = ["blocks.0", "blocks.1", "blocks.2"] if variant != "perceiver" else ["down_block", "blocks.0", "up_block"]
     names = {f"{b}.{n}" for b in blocks for n in block}
-    return names | {"tok_emb.weight", "pos_emb", "ln_f.weight", "head.weight"} | \
-        ({"down_block.C"} if variant == "perceiver" else set())
+    return (
+        names
+        | {"tok_emb.weight", "pos_emb", "ln_f.weight", "head.weight"}
+        | ({"down_block.C"} if variant == "perceiver" else set())
+    )
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
 def test_weight_decay_groups_follow_the_course_rule(variant):
     """Every parameter but the biases is decayed: embeddings, LayerNorm gains, C, w2 and b2 included."""
-    config = GPTConfig(20, 16, n_layer=3, n_head=2, n_embd=8, perceiver=variant == "perceiver",
-                       bottleneck_dim=4, synthesizer=variant == "synthesizer")
+    config = GPTConfig(
+        20,
+        16,
+        n_layer=3,
+        n_head=2,
+        n_embd=8,
+        perceiver=variant == "perceiver",
+        bottleneck_dim=4,
+        synthesizer=variant == "synthesizer",
+    )
     model = GPT(config)
     decay, no_decay = parameter_groups(model, 0.1)
     names = {id(p): n for n, p in model.named_parameters()}
@@ -65,8 +79,16 @@ def test_weight_decay_groups_follow_the_course_rule(variant):
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
 def test_matmul_decay_groups_decay_only_linear_weights(variant):
-    config = GPTConfig(20, 16, n_layer=3, n_head=2, n_embd=8, perceiver=variant == "perceiver",
-                       bottleneck_dim=4, synthesizer=variant == "synthesizer")
+    config = GPTConfig(
+        20,
+        16,
+        n_layer=3,
+        n_head=2,
+        n_embd=8,
+        perceiver=variant == "perceiver",
+        bottleneck_dim=4,
+        synthesizer=variant == "synthesizer",
+    )
     model = GPT(config)
     decay, no_decay = parameter_groups(model, 0.1, "matmul")
     names = {id(p): n for n, p in model.named_parameters()}
@@ -76,12 +98,13 @@ def test_matmul_decay_groups_decay_only_linear_weights(variant):
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
-
 def attention_logit_rms(model, idx):
     """Per layer, the root mean square of the attention scores q.k/sqrt(d) over the causal entries."""
     inputs = {}
-    hooks = [block.attn.register_forward_hook(lambda m, args, out, i=i: inputs.__setitem__(i, args[0]))
-             for i, block in enumerate(model.blocks)]
+    hooks = [
+        block.attn.register_forward_hook(lambda m, args, out, i=i: inputs.__setitem__(i, args[0]))
+        for i, block in enumerate(model.blocks)
+    ]
     model.eval()
     with torch.no_grad():
         model(idx)
@@ -109,8 +132,17 @@ def test_the_default_groups_leave_the_loss_plateau_sooner():
     for groups in [{}, {"decay_groups": "matmul"}]:  # the defaults, then the Linear-only groups
         set_seed(0)
         model = GPT(GPTConfig(pre.vocab_size, pre.block_size, n_layer=2, n_head=4, n_embd=64))
-        config = TrainerConfig(max_epochs=16, batch_size=16, learning_rate=3e-2, lr_decay=True, warmup_tokens=512 * 20,
-                               final_tokens=200 * len(pre) * 128, data_seed=0, device="cpu", **groups)
+        config = TrainerConfig(
+            max_epochs=16,
+            batch_size=16,
+            learning_rate=3e-2,
+            lr_decay=True,
+            warmup_tokens=512 * 20,
+            final_tokens=200 * len(pre) * 128,
+            data_seed=0,
+            device="cpu",
+            **groups,
+        )
         trainer = Trainer(model, pre, None, config)
         trainer.train()
         runs.append((trainer.epoch_losses, attention_logit_rms(model, probe)))
@@ -118,6 +150,7 @@ def test_the_default_groups_leave_the_loss_plateau_sooner():
     assert course[0] == pytest.approx(matmul[0], abs=0.02), "the first epoch is nearly the same"
     assert course[-1] < 2.7 < matmul[-1] and course[-1] < matmul[-1] - 0.08, (course, matmul)
     assert max(course_scores) < 0.5 * max(matmul_scores), (course_scores, matmul_scores)
+
 
 class ScalarLog:
     """A TensorBoard-like writer that keeps the scalars it is given."""
@@ -153,9 +186,17 @@ def test_learning_rate_per_step_matches_the_course_across_two_decays(schedule, t
     log = ScalarLog()
     torch.manual_seed(0)
     model = GPT(GPTConfig(pre.vocab_size, 16, n_layer=1, n_head=1, n_embd=8))
-    config = TrainerConfig(max_epochs=epochs, batch_size=batch_size, learning_rate=6e-3, lr_decay=True,
-                           warmup_tokens=40 * 15, final_tokens=final_tokens, lr_schedule=schedule,
-                           writer=log, device="cpu")
+    config = TrainerConfig(
+        max_epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=6e-3,
+        lr_decay=True,
+        warmup_tokens=40 * 15,
+        final_tokens=final_tokens,
+        lr_schedule=schedule,
+        writer=log,
+        device="cpu",
+    )
     Trainer(model, pre, None, config).train()
     rows = ([batch_size] * (n // batch_size) + [n % batch_size]) * epochs
     expected = course_learning_rates(rows, 15, 6e-3, 40 * 15, final_tokens)
@@ -180,9 +221,17 @@ def test_training_lowers_the_loss_and_logs_to_tensorboard(names, tmp_path):
     torch.manual_seed(0)
     model = GPT(GPTConfig(pre.vocab_size, pre.block_size, n_layer=2, n_head=2, n_embd=32))
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
-    config = TrainerConfig(max_epochs=6, batch_size=16, learning_rate=3e-3, lr_decay=True,
-                           warmup_tokens=16 * 63 * 2, final_tokens=len(ds) * 63 * 5,
-                           writer=writer, ckpt_path=str(tmp_path / "ckpt.params"), device="cpu")
+    config = TrainerConfig(
+        max_epochs=6,
+        batch_size=16,
+        learning_rate=3e-3,
+        lr_decay=True,
+        warmup_tokens=16 * 63 * 2,
+        final_tokens=len(ds) * 63 * 5,
+        writer=writer,
+        ckpt_path=str(tmp_path / "ckpt.params"),
+        device="cpu",
+    )
     trainer = Trainer(model, ds, None, config)
     trainer.train()
     writer.close()
@@ -198,8 +247,9 @@ def test_training_lowers_the_loss_and_logs_to_tensorboard(names, tmp_path):
     assert len(lrs) == trainer.step
     # the schedule counts tokens, including the short last batch of every epoch
     rows = ([16] * (steps_per_epoch - 1) + [len(ds) - 16 * (steps_per_epoch - 1)]) * 6
-    assert lrs == pytest.approx(course_learning_rates(rows, 63, 3e-3, config.warmup_tokens, config.final_tokens),
-                                rel=1e-5)
+    assert lrs == pytest.approx(
+        course_learning_rates(rows, 63, 3e-3, config.warmup_tokens, config.final_tokens), rel=1e-5
+    )
 
     saved = torch.load(tmp_path / "ckpt.params", weights_only=True)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())

@@ -8,11 +8,10 @@ import pytest
 import torch
 
 import files
-import utils
 from dataset import CharCorruptionDataset
+from decoding import birthplace_recall
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig
-from decoding import birthplace_recall
 from utils import evaluate_places, sample, score_line, set_seed
 
 
@@ -111,16 +110,25 @@ def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path):
 
 
 def test_birthplace_recall_counts_the_places_a_model_has_memorised():
-    people = [("Ada Berg", "Paris"), ("Bruno Costa", "Lagos"), ("Clara Duval", "Oslo"), ("Dmitri Egan", "Lima"),
-              ("Elif Garza", "Kyoto"), ("Farid Abbott", "Perth")]
+    people = [
+        ("Ada Berg", "Paris"),
+        ("Bruno Costa", "Lagos"),
+        ("Clara Duval", "Oslo"),
+        ("Dmitri Egan", "Lima"),
+        ("Elif Garza", "Kyoto"),
+        ("Farid Abbott", "Perth"),
+    ]
     documents = [f"{name}. {name} was born in {place} and worked as a painter." for name, place in people]
     documents.append("Greta Fischer. Greta Fischer was a painter.")  # her place is not in her document
     pairs = [(f"Where was {name} born?", place) for name, place in people]
     pairs += [("Where was Greta Fischer born?", "Rome"), ("Where was Hugo Nobody born?", "Oslo")]  # no document
     set_seed(0)
     corpus = CharCorruptionDataset("\n".join(documents), 128)
-    model = GPT(GPTConfig(corpus.vocab_size, 128, n_layer=2, n_head=2, n_embd=64,
-                          embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0))
+    model = GPT(
+        GPTConfig(
+            corpus.vocab_size, 128, n_layer=2, n_head=2, n_embd=64, embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0
+        )
+    )
     before = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
     Trainer(model, corpus, None, TrainerConfig(max_epochs=300, batch_size=8, learning_rate=3e-3, device="cpu")).train()
     after = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
@@ -129,8 +137,15 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
         assert birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu", prompt) == (6, 6)
     names = [name for name, _ in people]
     neighbour = dict(zip(names, names[1:] + names[:1]))  # every prompt names another person, born elsewhere
-    swapped = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu",
-                                prompt=lambda name, _: f"{neighbour[name]}. {neighbour[name]} was born in ")
+    swapped = birthplace_recall(
+        model,
+        corpus.data,
+        pairs,
+        corpus.stoi,
+        corpus.itos,
+        "cpu",
+        prompt=lambda name, _: f"{neighbour[name]}. {neighbour[name]} was born in ",
+    )
     assert swapped == (0, 6)
 
 

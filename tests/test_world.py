@@ -18,8 +18,13 @@ QUESTION = "Where was {} born?"
 
 def run_world(*args):
     """Run src/world.py in a fresh interpreter: (exit code, stdout, stderr)."""
-    done = subprocess.run([sys.executable, str(ROOT / "src" / "world.py"), *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "world.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -111,8 +116,9 @@ def test_birthplace_stated_early_and_second_place_after_it(people):
 def test_augmented_biographies_repeat_the_same_facts():
     """K biographies per person, from K templates, with the same birthplace, birth year and full name."""
     plain = world.build_world(n_train=40, n_dev=10, n_test=10, n_places=20, seed=3)
-    augmented = world.build_world(n_train=40, n_dev=10, n_test=10, n_places=20, seed=3, bios_per_person=3,
-                                  shuffle_sentences=True, full_names=True)
+    augmented = world.build_world(
+        n_train=40, n_dev=10, n_test=10, n_places=20, seed=3, bios_per_person=3, shuffle_sentences=True, full_names=True
+    )
     assert all(augmented[f] == plain[f] for f in world.FILES[1:]), "the same people, places and splits"
     bios = collections.defaultdict(list)
     for line in augmented["wiki.txt"].splitlines():
@@ -177,20 +183,33 @@ def test_write_world(tmp_path):
             assert f.read() == expected[name].encode("utf-8")
     assert sorted(p.name for p in folder.iterdir()) == sorted(world.FILES)  # no temporary files left
     (tmp_path / "opened").write_text("")
-    assert {stat.S_IMODE(os.stat(path).st_mode) for path in [*paths.values(), tmp_path / "opened"]} == \
-        {stat.S_IMODE((tmp_path / "opened").stat().st_mode)}, "the mode of any new file"
+    assert {stat.S_IMODE(os.stat(path).st_mode) for path in [*paths.values(), tmp_path / "opened"]} == {
+        stat.S_IMODE((tmp_path / "opened").stat().st_mode)
+    }, "the mode of any new file"
 
 
-@pytest.mark.parametrize("sizes", [dict(n_train=0), dict(n_dev=-1), dict(n_places=0), dict(n_places=1),
-                                   dict(n_places=world.PLACE_CAPACITY + 1), dict(n_train=world.NAME_CAPACITY),
-                                   dict(bios_per_person=0), dict(bios_per_person=len(world.TEMPLATES) + 1)])
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        dict(n_train=0),
+        dict(n_dev=-1),
+        dict(n_places=0),
+        dict(n_places=1),
+        dict(n_places=world.PLACE_CAPACITY + 1),
+        dict(n_train=world.NAME_CAPACITY),
+        dict(bios_per_person=0),
+        dict(bios_per_person=len(world.TEMPLATES) + 1),
+    ],
+)
 def test_bad_sizes_raise(sizes):
     with pytest.raises(ValueError):
         world.build_world(**sizes)
 
 
 def test_cli_writes_the_files(tmp_path):
-    code, out, err = run_world(tmp_path / "w", "--n_train", 40, "--n_dev", 10, "--n_test", 10, "--n_places", 25, "--seed", 5)
+    code, out, err = run_world(
+        tmp_path / "w", "--n_train", 40, "--n_dev", 10, "--n_test", 10, "--n_places", 25, "--seed", 5
+    )
     assert code == 0, err
     assert out.splitlines() == [f"{tmp_path / 'w' / name}: {n} lines" for name, n in zip(world.FILES, [60, 40, 10, 10])]
     expected = world.build_world(n_train=40, n_dev=10, n_test=10, n_places=25, seed=5)
@@ -198,16 +217,38 @@ def test_cli_writes_the_files(tmp_path):
 
 
 def test_cli_passes_the_augmentation_options(tmp_path):
-    code, out, err = run_world(tmp_path / "w", "--n_train", 20, "--n_dev", 5, "--n_test", 5, "--n_places", 10,
-                               "--bios_per_person", 2, "--shuffle_sentences", "--full_names")
+    code, out, err = run_world(
+        tmp_path / "w",
+        "--n_train",
+        20,
+        "--n_dev",
+        5,
+        "--n_test",
+        5,
+        "--n_places",
+        10,
+        "--bios_per_person",
+        2,
+        "--shuffle_sentences",
+        "--full_names",
+    )
     assert code == 0, err
-    expected = world.build_world(n_train=20, n_dev=5, n_test=5, n_places=10, bios_per_person=2,
-                                 shuffle_sentences=True, full_names=True)
+    expected = world.build_world(
+        n_train=20, n_dev=5, n_test=5, n_places=10, bios_per_person=2, shuffle_sentences=True, full_names=True
+    )
     assert all((tmp_path / "w" / name).read_text(encoding="utf-8") == expected[name] for name in world.FILES)
 
 
-@pytest.mark.parametrize("args", [["--n_train", "-1"], ["--n_places", "0"], ["--n_test", "x"],
-                                  ["--n_train", str(world.NAME_CAPACITY)], ["--bios_per_person", "0"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--n_train", "-1"],
+        ["--n_places", "0"],
+        ["--n_test", "x"],
+        ["--n_train", str(world.NAME_CAPACITY)],
+        ["--bios_per_person", "0"],
+    ],
+)
 def test_cli_rejects_bad_sizes(tmp_path, args):
     code, out, err = run_world(tmp_path / "w", *args)
     assert code == 2 and "error:" in err and not out
@@ -215,6 +256,7 @@ def test_cli_rejects_bad_sizes(tmp_path, args):
 
 
 def test_does_not_import_torch():
-    code = subprocess.run([sys.executable, "-c", "import sys, world; assert 'torch' not in sys.modules"],
-                          cwd=ROOT / "src", timeout=60).returncode
+    code = subprocess.run(
+        [sys.executable, "-c", "import sys, world; assert 'torch' not in sys.modules"], cwd=ROOT / "src", timeout=60
+    ).returncode
     assert code == 0
