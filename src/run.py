@@ -320,7 +320,7 @@ def params_facts(args, sizes, recipe_name, pretrain_dataset, command):
     )
 
 
-def params_and_facts(args):
+def reading_params_facts(args):
     """The facts beside --reading_params_path (None without one, or for params without facts)."""
     if not args.reading_params_path:
         return None
@@ -523,9 +523,17 @@ def seed_ranks(seed):
         torch.manual_seed(seed + 1 + rank)
 
 
-def pretrain(args, device, command):
+def corpus_sizes_recipe(args):
+    """A command's pretraining corpus (its vocabulary), model sizes and recipe, checked against the params' facts."""
     pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
-    sizes, recipe = model_sizes(args, None), recipe_of(args)
+    facts = reading_params_facts(args)
+    sizes = model_sizes(args, facts)
+    check_vocabulary(args, facts, pretrain_dataset)
+    return pretrain_dataset, sizes, recipe_of(args)
+
+
+def pretrain(args, device, command):
+    pretrain_dataset, sizes, recipe = corpus_sizes_recipe(args)
     dataset = pretrain_dataset
     if args.mix_corpus_path:
         dataset = ConcatDataset(
@@ -539,10 +547,7 @@ def pretrain(args, device, command):
 
 
 def finetune(args, device, command):
-    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
-    facts = params_and_facts(args)
-    sizes, recipe = model_sizes(args, facts), recipe_of(args)
-    check_vocabulary(args, facts, pretrain_dataset)
+    pretrain_dataset, sizes, recipe = corpus_sizes_recipe(args)
     dataset = pairs_dataset(pretrain_dataset, args.finetune_corpus_path, "finetuning corpus")
     model = build_model(args, sizes, pretrain_dataset, recipe.dropout)
     seed_ranks(args.seed)
@@ -554,10 +559,7 @@ def finetune(args, device, command):
 
 
 def evaluate(args, device, command):
-    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
-    facts = params_and_facts(args)
-    sizes, recipe = model_sizes(args, facts), recipe_of(args)
-    check_vocabulary(args, facts, pretrain_dataset)
+    pretrain_dataset, sizes, recipe = corpus_sizes_recipe(args)
     rows = read_pairs(args.eval_corpus_path, "evaluation corpus", read_questions)
     model = build_model(args, sizes, pretrain_dataset, recipe.dropout).to(device)
     stoi, itos = pretrain_dataset.stoi, pretrain_dataset.itos

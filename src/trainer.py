@@ -64,6 +64,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from batching import length_buckets, micro_batches, rank_rows
 from checkpoint import save_params
 from distributed import pick_device, rank_and_world_size
 from files import atomic_write, short_reason
@@ -130,31 +131,6 @@ def lr_multiplier(tokens, warmup_tokens, final_tokens, clamped=False):
     if clamped:
         progress = min(1.0, progress)
     return max(LR_FLOOR, 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def real_lengths(y):
-    """(B, T) targets -> (B,) the position after each row's last target that is not the pad 0."""
-    positions = torch.arange(1, y.size(1) + 1, device=y.device)
-    return ((y != 0) * positions).max(dim=1).values
-
-
-def length_buckets(x, y, batch_size, generator=None):
-    """
-    Split a pool of examples into batches of similar length, each cut to its longest row.
-    The full batches come in random order (ties in length broken at random), then a
-    short remainder batch of randomly chosen examples, as a DataLoader would end an epoch.
-    """
-    lengths = real_lengths(y)
-    order = torch.randperm(len(y), generator=generator)
-    n_remainder = len(y) % batch_size
-    remainder, rest = order[:n_remainder], order[n_remainder:]
-    rest = rest[torch.argsort(lengths[rest], stable=True)]
-    chunks = [rows for rows in rest.split(batch_size) if len(rows)]
-    chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
-    chunks += [remainder] if n_remainder else []
-    for rows in chunks:
-        n = max(1, int(lengths[rows].max()))
-        yield x[rows, :n], y[rows, :n]
 
 
 def autocast_dtype(precision):
@@ -246,42 +222,19 @@ class Trainer:
                 yield x, y
 
     def local_batch(self, x, y):
-        """
-        This rank's rows of a global batch (on the CPU) and the weight of their mean loss:
-        with every rank's loss weighted so, the gradient DistributedDataParallel averages
-        is that of the mean loss over the global batch.
-        """
-        if self.world_size == 1:
-            return x, y, 1.0
-        rows = torch.arange(self.rank, len(y), self.world_size)
-        mine, total = int((y[rows] != 0).sum()), int((y != 0).sum())
-        if len(rows) == 0:  # fewer rows than ranks: join the step with a row that counts for nothing
-            rows, mine = torch.arange(1), 0
-        return x[rows], y[rows], self.world_size * mine / max(1, total)
+        """This rank's rows of a global batch and the weight of their mean loss (batching.rank_rows)."""
+        return rank_rows(x, y, self.rank, self.world_size)
 
     def micro_batches(self, x, y):
         """
-        A batch as forward passes on the device: [(x, y, share)], share being the pass's
-        part of the batch's real targets, so that the shares' weighted sum of the passes'
-        mean losses is the batch's mean loss. With skip_padding the rows are sorted by
-        length, split into micro_batch_size rows, and each pass is cut after its last real
-        target; otherwise the batch is one pass.
+        A batch as forward passes on the device: [(x, y, share)] (batching.micro_batches;
+        with skip_padding, passes of micro_batch_size rows, CPU_MICRO_BATCH on the CPU;
+        without, the batch is one pass, padded to the block size).
         """
         if not self.config.skip_padding:
             return [(self.to_device(x), self.to_device(y), 1.0)]
         size = self.config.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else len(y))
-        lengths = real_lengths(y)
-        if size >= len(y) or not y.any():
-            n = max(1, int(lengths.max()))
-            return [(self.to_device(x[:, :n]), self.to_device(y[:, :n]), 1.0)]
-        passes = []
-        for rows in torch.argsort(lengths, stable=True).split(size):
-            targets = int((y[rows] != 0).sum())
-            if targets:  # rows without a real target add nothing to the batch's mean loss
-                n = int(lengths[rows].max())
-                passes.append((x[rows, :n], y[rows, :n], targets))
-        total = sum(targets for _, _, targets in passes)
-        return [(self.to_device(xp), self.to_device(yp), targets / total) for xp, yp, targets in passes]
+        return [(self.to_device(xp), self.to_device(yp), share) for xp, yp, share in micro_batches(x, y, size)]
 
     def forward_backward(self, passes, weight=1.0):
         """

@@ -469,6 +469,7 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
     assert identity["learning_rate"] == RECIPES["cpu"].pretrain_lr
 
 
+@pytest.mark.slow
 def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, monkeypatch):
     """--mix_corpus_path trains on the pairs in finetuning's format: the pretrained model already answers them."""
     configs = []
@@ -538,6 +539,7 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     assert probe_answered == correct
 
 
+@pytest.mark.slow
 def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     """run.sh from a copy of the repository whose data are a small generated world, on a machine without CUDA."""
     shutil.copy(ROOT / "run.sh", tmp_path)
@@ -573,6 +575,7 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
 REDUCED_DEMO = "--n_train 30 --n_dev 20 --n_test 1 --n_places 10 --bios_per_person 3 --shuffle_sentences --full_names"
 
 
+@pytest.mark.slow
 def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tmp_path):
     """
     ./run.sh demo at a reduced size (about two minutes on two cores). Its margins are what a

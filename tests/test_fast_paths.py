@@ -3,27 +3,19 @@
 import pytest
 import torch
 
+from batching import length_buckets, real_lengths
 from dataset import CharCorruptionDataset, NameDataset
 from decoding import predict_places
-from model import GPT, GPTConfig, KVCache
-from trainer import Trainer, TrainerConfig, autocast_dtype, length_buckets, real_lengths
+from model import GPT, KVCache, variant_config
+from trainer import Trainer, TrainerConfig, autocast_dtype
 from utils import set_seed
 from world import build_world
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer"]
 
 
-def config_for(variant, vocab_size, block_size, **kw):
-    settings = dict(
-        n_layer=3,
-        n_head=2,
-        n_embd=32,
-        perceiver=variant == "perceiver",
-        bottleneck_dim=16,
-        synthesizer=variant == "synthesizer",
-    )
-    settings.update(kw)
-    return GPTConfig(vocab_size, block_size, **settings)
+def config_for(variant, vocab_size, block_size):
+    return variant_config(variant, vocab_size, block_size, n_layer=3, n_head=2, n_embd=32, bottleneck_dim=16)
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +127,7 @@ def trained(world):
     return models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_batched_cached_decoding_answers_like_one_at_a_time(variant, world, trained):
     files, pre, _ = world

@@ -8,23 +8,17 @@ import torch.nn.functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
 from checkpoint import load_params, save_params
-from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock
+from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock, variant_config
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer"]
 VOCAB, BLOCK = 40, 32
 
 
 def small_config(variant="vanilla", **overrides):
-    settings = dict(
-        n_layer=4,
-        n_head=4,
-        n_embd=32,
-        perceiver=variant == "perceiver",
-        bottleneck_dim=8,
-        synthesizer=variant == "synthesizer",
-    )
-    settings.update(overrides)
-    return GPTConfig(VOCAB, BLOCK, **settings)
+    config = variant_config(variant, VOCAB, BLOCK, n_layer=4, n_head=4, n_embd=32, bottleneck_dim=8)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
 
 
 def small_model(variant, seed=0):

@@ -40,6 +40,7 @@ def stdout_of(cell):
     )
 
 
+@pytest.mark.slow
 def test_notebook_runs_and_learns(tmp_path, monkeypatch):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")

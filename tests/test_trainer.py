@@ -10,7 +10,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from attention import split_heads
 from dataset import CharCorruptionDataset, NameDataset
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, variant_config
 from trainer import Trainer, TrainerConfig, lr_multiplier, parameter_groups
 from utils import set_seed
 from world import build_world
@@ -56,17 +56,7 @@ def course_decayed(variant):
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
 def test_weight_decay_groups_follow_the_course_rule(variant):
     """Every parameter but the biases is decayed: embeddings, LayerNorm gains, C, w2 and b2 included."""
-    config = GPTConfig(
-        20,
-        16,
-        n_layer=3,
-        n_head=2,
-        n_embd=8,
-        perceiver=variant == "perceiver",
-        bottleneck_dim=4,
-        synthesizer=variant == "synthesizer",
-    )
-    model = GPT(config)
+    model = GPT(variant_config(variant, 20, 16, n_layer=3, n_head=2, n_embd=8, bottleneck_dim=4))
     decay, no_decay = parameter_groups(model, 0.1)
     names = {id(p): n for n, p in model.named_parameters()}
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -79,17 +69,7 @@ def test_weight_decay_groups_follow_the_course_rule(variant):
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
 def test_matmul_decay_groups_decay_only_linear_weights(variant):
-    config = GPTConfig(
-        20,
-        16,
-        n_layer=3,
-        n_head=2,
-        n_embd=8,
-        perceiver=variant == "perceiver",
-        bottleneck_dim=4,
-        synthesizer=variant == "synthesizer",
-    )
-    model = GPT(config)
+    model = GPT(variant_config(variant, 20, 16, n_layer=3, n_head=2, n_embd=8, bottleneck_dim=4))
     decay, no_decay = parameter_groups(model, 0.1, "matmul")
     names = {id(p): n for n, p in model.named_parameters()}
     linear_weights = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
@@ -118,6 +98,7 @@ def attention_logit_rms(model, idx):
     return [r.sqrt().item() for r in rms]
 
 
+@pytest.mark.slow
 def test_the_default_groups_leave_the_loss_plateau_sooner():
     """
     The reason the decay groups matter, in seconds: on a generated world, at a raised learning
