@@ -446,6 +446,9 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
     if args.function == "pretrain" and args.probe_corpus_path:
         probe = recall_probe(args.probe_corpus_path, args.probe_every, model, pretrain_dataset, device, writer)
     checkpoint_path = args.writing_params_path + ".ckpt"
+    num_workers = args.num_workers
+    if num_workers is None:
+        num_workers = CUDA_NUM_WORKERS if device.type == "cuda" else 0
     config = TrainerConfig(
         max_epochs=epochs,
         batch_size=batch_size,
@@ -455,11 +458,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         decay_groups=args.decay_groups,
         warmup_tokens=recipe.warmup_tokens,
         final_tokens=recipe.final_tokens(schedule.schedule_examples),
-        num_workers=args.num_workers
-        if args.num_workers is not None
-        else CUDA_NUM_WORKERS
-        if device.type == "cuda"
-        else 0,
+        num_workers=num_workers,
         writer=writer,
         device=device,
         skip_padding=not args.full_padding,

@@ -337,8 +337,8 @@ class Trainer:
         """Run the epochs from the start, or from the checkpoint when resuming."""
         self.setup()
         with self.stop_signals_caught() as caught:
-            for epoch in range(self.start_epoch, self.config.max_epochs):
-                self.run_epoch(epoch, caught)
+            while self.epoch < self.config.max_epochs:
+                self.run_epoch(caught)
         self.bar.close()
 
     def setup(self):
@@ -360,10 +360,14 @@ class Trainer:
         )
         self.scheduler = LambdaLR(self.optimizer, self.lr_lambda)
         self.data_seed = config.data_seed if config.data_seed is not None else int(torch.randint(2**62, ()))
-        self.start_epoch, self.skip, self.epoch_loss_so_far = 0, 0, 0.0
+        # progress: the epoch in progress (0-based), its batches done, their loss sum, and
+        # Python's random state at the epoch's start (the span corruption's draws replay from it)
+        self.epoch, self.batches_done = 0, 0
+        self.epoch_loss = torch.zeros((), device=self.device)
+        self.epoch_random_state = random.getstate()
         checkpoint = self.load_checkpoint()
         if checkpoint is not None:
-            self.resume_from(checkpoint)
+            self.load_state_dict(checkpoint)
 
         self.forward, self.ddp = model, None
         if self.world_size > 1:
@@ -393,43 +397,62 @@ class Trainer:
         self.last_save = time.monotonic()
         self.first_nonfinite = torch.full((), NO_STEP, device=self.device)
 
-    def resume_from(self, checkpoint):
-        """Put the model, the optimisation and the random generators back as the checkpoint has them."""
+    def state_dict(self):
+        """Everything a resumed run needs to go on as if it had not stopped: the checkpoint's contents."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "epoch": self.epoch,  # the epoch to run next (0-based) ...
+            "batches_done": self.batches_done,  # ... and how many of its batches are done
+            "step": self.step,
+            "useful_tokens": self.useful_tokens,
+            "epoch_losses": list(self.epoch_losses),
+            "epoch_loss_so_far": float(self.epoch_loss),
+            "data_seed": self.data_seed,
+            "python_random": self.epoch_random_state,
+            "torch_random": torch.get_rng_state(),
+            "cuda_random": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
+            "run_identity": self.config.run_identity,
+            "run_facts": self.config.run_facts,
+        }
+
+    def load_state_dict(self, checkpoint):
+        """Put the model, the optimisation, the progress and the random generators back as state_dict had them."""
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.scheduler.load_state_dict(checkpoint["scheduler"])
         self.scaler.load_state_dict(checkpoint["scaler"])
-        self.start_epoch, self.skip = checkpoint["epoch"], checkpoint["batches_done"]
+        self.epoch, self.batches_done = checkpoint["epoch"], checkpoint["batches_done"]
         self.step, self.useful_tokens = checkpoint["step"], checkpoint["useful_tokens"]
-        self.epoch_losses, self.epoch_loss_so_far = checkpoint["epoch_losses"], checkpoint["epoch_loss_so_far"]
+        self.epoch_losses = checkpoint["epoch_losses"]
+        self.epoch_loss = torch.full((), checkpoint["epoch_loss_so_far"], device=self.device)
         self.data_seed = checkpoint["data_seed"]
         random.setstate(checkpoint["python_random"])
         self.restore_torch_random(checkpoint)  # replaying the skipped batches draws only from the data's generators
         if self.rank == 0:
             logger.warning(
-                "resuming from %s after %d steps (%d epochs done)",
-                self.config.checkpoint_path,
-                self.step,
-                self.start_epoch,
+                "resuming from %s after %d steps (%d epochs done)", self.config.checkpoint_path, self.step, self.epoch
             )
 
-    def run_epoch(self, epoch, caught):
+    def run_epoch(self, caught):
         """
         One epoch (the rest of it when resuming): the steps, the loss for the bar and
         TensorBoard every log_every steps, timed checkpoints and stopping on a signal, then
         the epoch's mean loss, the test loss, epoch_end and the epoch's checkpoint.
         """
-        config = self.config
+        config, epoch, skip = self.config, self.epoch, self.batches_done
         self.model.train()
         self.generator.manual_seed(self.data_seed + epoch)
-        epoch_random_state = random.getstate()  # the dataset's draws (span corruption) replay from here
-        epoch_loss = torch.full((), self.epoch_loss_so_far, device=self.device)
+        self.epoch_random_state = random.getstate()
         window_loss, window_steps = torch.zeros((), device=self.device), 0
         for batch, (x, y) in enumerate(self.global_batches(self.loader, self.generator)):
-            if batch < self.skip:
+            if batch < skip:
                 continue
             lr, loss = self.train_step(x, y)
-            epoch_loss += loss
+            self.batches_done = batch + 1
+            self.epoch_loss += loss
             window_loss += loss
             window_steps += 1
             if self.step % config.log_every == 0:
@@ -446,13 +469,12 @@ class Trainer:
             due = config.checkpoint_path and minutes and time.monotonic() - self.last_save >= 60 * minutes
             if due or caught:  # caught only has signals when there is a checkpoint path
                 self.stop_if_diverged(self.first_nonfinite)
-                self.save_checkpoint(epoch, batch + 1, epoch_loss, epoch_random_state)
+                self.save_checkpoint()
             if caught:
                 self.bar.close()
                 raise TrainingInterrupted(caught[0], self.step, config.checkpoint_path)
-        self.skip, self.epoch_loss_so_far = 0, 0.0
         self.stop_if_diverged(self.first_nonfinite)
-        self.epoch_losses.append(self.global_mean(epoch_loss).item() / self.steps_per_epoch)
+        self.epoch_losses.append(self.global_mean(self.epoch_loss).item() / self.steps_per_epoch)
         self.bar.set_description(f"epoch {epoch + 1}/{config.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
         if config.writer is not None:
             config.writer.add_scalar("train/epoch_loss", self.epoch_losses[-1], self.step)
@@ -465,8 +487,11 @@ class Trainer:
             save_params(self.model, config.ckpt_path)
         if config.epoch_end is not None:
             config.epoch_end(epoch + 1)
+        self.epoch, self.batches_done = epoch + 1, 0
+        self.epoch_loss = torch.zeros((), device=self.device)
+        self.epoch_random_state = random.getstate()
         if config.checkpoint_path:
-            self.save_checkpoint(epoch + 1, 0, 0.0, random.getstate())
+            self.save_checkpoint()
 
     def train_step(self, x, y):
         """
@@ -492,33 +517,12 @@ class Trainer:
             self.config.writer.add_scalar("train/lr", lr, self.step)
         return lr, loss.float() * weight
 
-    def save_checkpoint(self, epoch, batches_done, epoch_loss, python_random):
-        """
-        Write the resumable checkpoint atomically (rank 0 only): everything a resumed run
-        needs to go on as if it had not stopped, from batch `batches_done` of `epoch`.
-        """
+    def save_checkpoint(self):
+        """Write state_dict() to the checkpoint atomically (rank 0 only)."""
         self.last_save = time.monotonic()
-        if self.rank != 0:
-            return
-        state = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "epoch": epoch,  # the epoch to run next (0-based) ...
-            "batches_done": batches_done,  # ... and how many of its batches are done
-            "step": self.step,
-            "useful_tokens": self.useful_tokens,
-            "epoch_losses": list(self.epoch_losses),
-            "epoch_loss_so_far": float(epoch_loss),
-            "data_seed": self.data_seed,
-            "python_random": python_random,
-            "torch_random": torch.get_rng_state(),
-            "cuda_random": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
-            "run_identity": self.config.run_identity,
-            "run_facts": self.config.run_facts,
-        }
-        atomic_write(self.config.checkpoint_path, lambda f: torch.save(state, f))
+        if self.rank == 0:
+            state = self.state_dict()
+            atomic_write(self.config.checkpoint_path, lambda f: torch.save(state, f))
 
     def restore_torch_random(self, checkpoint):
         """Dropout's generators as they were at the checkpoint (on one process; ranks reseed their own)."""
