@@ -3,12 +3,47 @@
 facts written beside it as <params>.json, and the one check that a file fits a model.
 """
 
+import dataclasses
 import json
 import os
+from typing import Optional
 
 import torch
 
 from files import atomic_write, short_reason
+
+
+@dataclasses.dataclass(frozen=True)
+class RunIdentity:
+    """What a resumable checkpoint belongs to: the trainer refuses to resume under another identity."""
+
+    function: str
+    variant: str
+    n_layer: int
+    n_head: int
+    n_embd: int
+    bottleneck_dim: Optional[int]  # the perceiver's; None for the other variants
+    vocab_size: int
+    examples: int
+    max_epochs: int
+    batch_size: int
+    learning_rate: float
+    full_padding: bool
+    seed: int
+    recipe: str
+    dropout: float
+    decay_groups: str
+    lr_schedule: str
+    group_by_length: bool
+    precision: str
+    mix_corpus_path: Optional[str] = None
+
+    def as_dict(self):
+        """As the checkpoint stores it (mix_corpus_path only when pretraining mixes pairs in)."""
+        identity = dataclasses.asdict(self)
+        if identity["mix_corpus_path"] is None:
+            del identity["mix_corpus_path"]
+        return identity
 
 
 class ParamsError(ValueError):

@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
-from checkpoint import ParamsError, load_fitting_params, read_facts, save_params, write_facts
+from checkpoint import ParamsError, RunIdentity, load_fitting_params, read_facts, save_params, write_facts
 from config import BLOCK_SIZE, LENGTH_GROUPING_POOL, MODEL, RECIPES, SIZE_DEFAULTS
 from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
 from decoding import birthplace_recall, predict_places
@@ -471,7 +471,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         data_seed=args.seed,
         epoch_end=probe,
         run_facts=params_facts(args, sizes, args.recipe, pretrain_dataset, command),
-        run_identity=dict(
+        run_identity=RunIdentity(
             function=args.function,
             variant=args.variant,
             n_layer=sizes["n_layer"],
@@ -491,8 +491,8 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
             lr_schedule=args.lr_schedule,
             group_by_length=args.group_by_length,
             precision=args.precision,
-            **({"mix_corpus_path": args.mix_corpus_path} if args.mix_corpus_path else {}),
-        ),
+            mix_corpus_path=args.mix_corpus_path,
+        ).as_dict(),
     )
     exists = os.path.exists(checkpoint_path)
     if rank == 0 and args.resume and not exists:
