@@ -47,6 +47,15 @@ def run_main(*args):
     return run.main([str(a) for a in args])
 
 
+def one_line_error(capsys, *args):
+    """Run main in-process; assert exit code 2 and a single stderr line; return that line."""
+    capsys.readouterr()
+    assert run_main(*args) == 2, args
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
 A5_DIRS = [ROOT.parent / "shared" / "data" / "a5", ROOT / "data"]
 A5_FILES = ["wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv"]
 

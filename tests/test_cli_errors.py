@@ -1,0 +1,546 @@
+"""Bad input on the command line: one line naming what is wrong and where, exit code 2, nothing written."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, SMALL, TINY, cli, one_line_error
+from conftest import run_main as main
+from dataset import CharCorruptionDataset, NameDataset
+from model import GPT, GPTConfig
+
+
+def test_input_errors_are_one_line(tiny_world, tmp_path):
+    params = tmp_path / "v.params"
+    bad_tsv = tmp_path / "bad.tsv"
+    bad_tsv.write_text("Where was A born?\tParis\nWhere was B born? Lima\n", encoding="utf-8")
+    code, _, err = cli(
+        "finetune",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--finetune_corpus_path",
+        bad_tsv,
+        *SMALL,
+    )
+    assert code == 2 and str(bad_tsv) in err and "line 2" in err and len(err.strip().splitlines()) == 1
+    assert not params.exists()
+
+    code, _, err = cli("pretrain", "vanilla", tmp_path / "missing.txt", "--writing_params_path", params, *SMALL)
+    assert code == 2 and "missing.txt" in err and len(err.strip().splitlines()) == 1
+
+    assert (
+        main(
+            "finetune",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--writing_params_path",
+            params,
+            "--finetune_corpus_path",
+            tiny_world["train.tsv"],
+            "--max_epochs",
+            1,
+            *SMALL,
+        )
+        == 0
+    )
+    code, _, err = cli(
+        "evaluate",
+        "perceiver",
+        tiny_world["wiki.txt"],
+        "--reading_params_path",
+        params,
+        "--eval_corpus_path",
+        tiny_world["dev.tsv"],
+        "--outputs_path",
+        tmp_path / "p.txt",
+        *SMALL,
+    )
+    assert code == 2 and "was trained as vanilla" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.txt").exists()
+
+
+def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
+    wiki, train, dev = tiny_world["wiki.txt"], tiny_world["train.tsv"], tiny_world["dev.tsv"]
+    long_pair = tmp_path / "long.tsv"
+    long_pair.write_text("Where was " + "A" * 200 + " born?\tParis\n", encoding="utf-8")
+    mixed = tmp_path / "mixed.tsv"
+    mixed.write_text("Where was Ada Berg born?\tParis\nWhere was Ada Costa born?\n", encoding="utf-8")
+    params = tmp_path / "p.params"
+    assert (
+        main(
+            "finetune",
+            "vanilla",
+            wiki,
+            "--writing_params_path",
+            params,
+            "--finetune_corpus_path",
+            train,
+            "--max_epochs",
+            1,
+            *SMALL,
+        )
+        == 0
+    )
+    cases = [
+        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path], "is a directory"),
+        (
+            [
+                "finetune",
+                "vanilla",
+                wiki,
+                "--writing_params_path",
+                tmp_path / "x.params",
+                "--finetune_corpus_path",
+                long_pair,
+            ],
+            "line 1: question and place are longer than the block size",
+        ),
+        (
+            [
+                "evaluate",
+                "vanilla",
+                wiki,
+                "--reading_params_path",
+                params,
+                "--eval_corpus_path",
+                mixed,
+                "--outputs_path",
+                tmp_path / "mixed.predictions",
+            ],
+            "line 2: expected 'question' on every line",
+        ),
+        (
+            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--mix_corpus_path", mixed],
+            f"{mixed}: line 2: expected 'question<TAB>place'",
+        ),
+        (
+            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--probe_corpus_path", mixed],
+            f"{mixed}: line 2: expected 'question<TAB>place'",
+        ),
+        (
+            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--n_head", "3"],
+            "must be a multiple of --n_head 3",
+        ),
+    ]
+    if os.access("/proc", os.W_OK):  # a folder that os.access calls writable (for root) but that refuses files
+        cases.append(
+            (
+                [
+                    "evaluate",
+                    "vanilla",
+                    wiki,
+                    "--reading_params_path",
+                    params,
+                    "--eval_corpus_path",
+                    dev,
+                    "--outputs_path",
+                    "/proc/dev.predictions",
+                ],
+                "/proc refuses new files",
+            )
+        )
+    if not torch.cuda.is_available():
+        cases.append(
+            (
+                ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--device", "cuda"],
+                "device cuda is not available",
+            )
+        )
+    for args, message in cases:
+        capsys.readouterr()
+        assert main(*args[:3], *SMALL, *args[3:]) == 2, args  # the case's own flags come last and win
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x.params").exists() and not (tmp_path / "mixed.predictions").exists()
+
+    with pytest.raises(SystemExit) as exit_info:
+        main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--max_epochs", "0")
+    assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            "finetune",
+            "vanilla",
+            wiki,
+            "--writing_params_path",
+            tmp_path / "x.params",
+            "--finetune_corpus_path",
+            train,
+            "--mix_corpus_path",
+            train,
+        )
+    assert exit_info.value.code == 2 and "--mix_corpus_path is for pretrain" in capsys.readouterr().err
+
+
+# --- params, corpora, question files and outputs --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def params_files(tiny_world, tmp_path_factory):
+    """
+    Params of several kinds, trained for one epoch on the tiny world, without the facts beside
+    them (as the course's code writes params): the checks that read the weights alone.
+    """
+    folder = tmp_path_factory.mktemp("params")
+    wiki = tiny_world["wiki.txt"]
+    files = {}
+    for name, extra in [
+        ("vanilla", ["vanilla"]),
+        ("perceiver8", ["perceiver"]),
+        ("wide", ["vanilla", "--n_embd", "32"]),
+    ]:
+        files[name] = folder / f"{name}.params"
+        assert (
+            main("pretrain", extra[0], wiki, "--writing_params_path", files[name], "--max_epochs", 1, *TINY, *extra[1:])
+            == 0
+        )
+        (folder / f"{name}.params.json").unlink()
+    data = files["vanilla"].read_bytes()
+    files["truncated"] = folder / "truncated.params"
+    files["truncated"].write_bytes(data[: len(data) // 2])
+    files["text"] = folder / "text.params"
+    files["text"].write_text("hello\n", encoding="utf-8")
+    return files
+
+
+@pytest.mark.parametrize(
+    "case, variant, flags, message",
+    [
+        ("missing", "vanilla", [], "does not exist"),
+        ("truncated", "vanilla", [], "cannot be read"),
+        ("text", "vanilla", [], "cannot be read"),
+        (
+            "perceiver8",
+            "vanilla",
+            [],
+            "was trained as perceiver with bottleneck_dim 8: evaluate it with the perceiver "
+            "variant and --bottleneck_dim 8",
+        ),
+        ("perceiver8", "perceiver", ["--bottleneck_dim", "4"], "with the perceiver variant and --bottleneck_dim 8"),
+        ("vanilla", "synthesizer", [], "was trained as vanilla: evaluate it with the vanilla variant"),
+        ("wide", "vanilla", [], "another size: evaluate it with --n_embd 32"),
+        ("other_vocabulary", "vanilla", [], "has a vocabulary of"),
+    ],
+)
+def test_bad_params_files(case, variant, flags, message, params_files, tiny_world, tmp_path, capsys):
+    wiki = tiny_world["wiki.txt"]
+    path = params_files.get(case, tmp_path / "missing.params")
+    if case == "other_vocabulary":
+        path, wiki = params_files["vanilla"], tmp_path / "other.txt"
+        (tmp_path / "other.txt").write_text("Quite another corpus, with other letters: xyz 0123.\n", encoding="utf-8")
+    outputs = tmp_path / "out" / "dev.predictions"
+    err = one_line_error(
+        capsys,
+        "evaluate",
+        variant,
+        wiki,
+        "--reading_params_path",
+        path,
+        "--eval_corpus_path",
+        tiny_world["dev.tsv"],
+        "--outputs_path",
+        outputs,
+        *TINY,
+        *flags,
+    )
+    assert message in err and str(path) in err
+    assert not outputs.exists()
+
+
+def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
+    """The facts beside a params file supply the sizes left out and refuse contradicting ones, or another vocabulary."""
+    wiki, dev = tiny_world["wiki.txt"], tiny_world["dev.tsv"]
+    params, outputs = tmp_path / "p.params", tmp_path / "dev.predictions"
+    assert (
+        main(
+            "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint", *TINY
+        )
+        == 0
+    )
+    facts = json.loads((tmp_path / "p.params.json").read_text(encoding="utf-8"))
+    text = open(wiki, encoding="utf-8").read()
+    assert {k: facts[k] for k in ["variant", "n_layer", "n_head", "n_embd", "block_size"]} == dict(
+        variant="vanilla", n_layer=2, n_head=2, n_embd=16, block_size=128
+    )
+    assert facts["vocabulary"] == "".join(sorted(set(text))) and "pretrain vanilla" in facts["command"]
+    assert torch.load(tmp_path / "p.params.ckpt", weights_only=True)["run_facts"] == facts
+    assert set(torch.load(params, weights_only=True)) == set(
+        GPT(GPTConfig(len(facts["vocabulary"]) + 2, 128, n_layer=2, n_head=2, n_embd=16)).state_dict()
+    )
+
+    no_sizes = ["--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
+    assert (
+        main(
+            "evaluate",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            params,
+            "--eval_corpus_path",
+            dev,
+            "--outputs_path",
+            outputs,
+            *no_sizes,
+        )
+        == 0
+    ), "the sizes come from the facts"
+    err = one_line_error(
+        capsys,
+        "evaluate",
+        "vanilla",
+        wiki,
+        "--reading_params_path",
+        params,
+        "--eval_corpus_path",
+        dev,
+        "--outputs_path",
+        tmp_path / "other",
+        *no_sizes,
+        "--n_head",
+        "8",
+    )
+    assert "was trained with --n_head 2" in err and "not 8" in err
+    swapped = tmp_path / "swapped.txt"  # one character swapped for another: a vocabulary of the same size
+    absent = next(c for c in "QXZqxz#@" if c not in text)
+    swapped.write_text(text.replace(sorted(set(text) - {"\n", " "})[-1], absent), encoding="utf-8")
+    err = one_line_error(
+        capsys,
+        "evaluate",
+        "vanilla",
+        swapped,
+        "--reading_params_path",
+        params,
+        "--eval_corpus_path",
+        dev,
+        "--outputs_path",
+        tmp_path / "other",
+        *no_sizes,
+    )
+    assert "another vocabulary" in err and "1 characters only there, 1 only here" in err
+    assert not (tmp_path / "other").exists()
+
+    (tmp_path / "p.params.json").unlink()  # params without facts (the course's): the flags decide, as before
+    assert (
+        main(
+            "evaluate",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            params,
+            "--eval_corpus_path",
+            dev,
+            "--outputs_path",
+            outputs,
+            *TINY[:2],
+            "--n_head",
+            "4",
+            "--n_embd",
+            "16",
+            *no_sizes,
+        )
+        == 0
+    )
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not utf-8", "empty", "blank lines only"])
+def test_unusable_corpus(kind, tmp_path, capsys):
+    corpus = tmp_path / "wiki.txt"
+    if kind == "directory":
+        corpus.mkdir()
+    elif kind == "not utf-8":
+        corpus.write_bytes(b"Ada Berg was born in \xff\xfe.\n")
+    elif kind == "empty":
+        corpus.write_text("", encoding="utf-8")
+    elif kind == "blank lines only":
+        corpus.write_text("\n\r\n  \n", encoding="utf-8")
+    params = tmp_path / "p.params"
+    err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", params, *TINY)
+    assert str(corpus) in err
+    assert not params.exists()
+
+
+@pytest.mark.parametrize("reserved", ["\u2047", "\u25a1"])  # the mask and the pad
+@pytest.mark.parametrize("command", ["pretrain", "evaluate", "dataset.py"])
+def test_a_corpus_with_a_reserved_character_is_refused_naming_its_line(
+    reserved, command, params_files, tiny_world, tmp_path, capsys
+):
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text(f"Ada Berg was born in Paris.\nBruno Costa{reserved} was born in Lima.\n", encoding="utf-8")
+    output = tmp_path / "out"
+    if command == "dataset.py":
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "src" / "dataset.py"), "charcorruption", "--pretrain_corpus_path", str(corpus)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        code, err = done.returncode, done.stderr.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and not done.stdout, err
+    elif command == "pretrain":
+        err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", output, *TINY)
+    else:
+        err = one_line_error(
+            capsys,
+            "evaluate",
+            "vanilla",
+            corpus,
+            "--reading_params_path",
+            params_files["vanilla"],
+            "--eval_corpus_path",
+            tiny_world["dev.tsv"],
+            "--outputs_path",
+            output,
+            *TINY,
+        )
+    assert f"{corpus}: line 2 holds the" in err and f"U+{ord(reserved):04X}" in err
+    assert not output.exists()
+
+
+def test_reserved_characters_in_questions_are_dropped_and_counted(tiny_world, tmp_path, capsys):
+    pretraining = CharCorruptionDataset(open(tiny_world["wiki.txt"], encoding="utf-8").read(), 128)
+    clean = NameDataset(pretraining, "Ada Berg\tParis\n")
+    marked = NameDataset(pretraining, "Ada\u2047 Berg\tPa\u25a1ris\n")
+    assert marked.data == clean.data == [("Ada Berg", "Paris")] and marked.dropped_characters == 2
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("Ada\u2047 Berg\tParis\n", encoding="utf-8")
+    assert (
+        main(
+            "finetune",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--writing_params_path",
+            tmp_path / "p.params",
+            "--finetune_corpus_path",
+            tsv,
+            "--max_epochs",
+            1,
+            *TINY,
+        )
+        == 0
+    )
+    assert "dropped 1 character(s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("Where was B born? Lima", "got 1 field(s)"),
+        ("Where was B born?\tLima\textra", "got 3 field(s)"),
+    ],
+)
+def test_bad_finetuning_lines_name_the_file_and_line(line, problem, tiny_world, tmp_path, capsys):
+    tsv = tmp_path / "bad.tsv"
+    tsv.write_text(f"Where was A born?\tParis\n\n{line}\n", encoding="utf-8")
+    params = tmp_path / "p.params"
+    err = one_line_error(
+        capsys,
+        "finetune",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--writing_params_path",
+        params,
+        "--finetune_corpus_path",
+        tsv,
+        *TINY,
+    )
+    assert f"{tsv}: line 3" in err and problem in err
+    assert not params.exists()
+
+
+def test_bad_evaluation_lines_name_the_file_and_line(params_files, tiny_world, tmp_path, capsys):
+    tsv = tmp_path / "bad.tsv"
+    tsv.write_text("Where was A born?\tParis\nWhere was B born?\tLima\tPeru\n", encoding="utf-8")
+    outputs = tmp_path / "p.txt"
+    err = one_line_error(
+        capsys,
+        "evaluate",
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--reading_params_path",
+        params_files["vanilla"],
+        "--eval_corpus_path",
+        tsv,
+        "--outputs_path",
+        outputs,
+        *TINY,
+    )
+    assert f"{tsv}: line 2: expected 'question<TAB>place', got 3 field(s)" in err
+    assert not outputs.exists()
+
+
+def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, capsys):
+    dev = tmp_path / "dev.tsv"
+    dev.write_text(open(tiny_world["dev.tsv"], encoding="utf-8").read(), encoding="utf-8")
+    before = dev.read_bytes()
+    (tmp_path / "sub").mkdir()
+    for outputs in [dev, tmp_path / "sub" / ".." / "dev.tsv"]:
+        err = one_line_error(
+            capsys,
+            "evaluate",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--reading_params_path",
+            params_files["vanilla"],
+            "--eval_corpus_path",
+            dev,
+            "--outputs_path",
+            outputs,
+            *TINY,
+        )
+        assert "is also the --eval_corpus_path" in err
+    assert dev.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["pretrain", "vanilla", "WIKI"], "pretrain needs --writing_params_path"),
+        (["finetune", "vanilla", "WIKI", "--writing_params_path", "x.params"], "--finetune_corpus_path"),
+        (["evaluate", "vanilla", "WIKI", "--reading_params_path", "x"], "--eval_corpus_path and --outputs_path"),
+        (["pretrain", "transformer", "WIKI", "--writing_params_path", "x"], "invalid choice: 'transformer'"),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--checkpoint_minutes", "0"],
+            "must be a positive finite number, got 0",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--dropout", "1"],
+            "must be at least 0 and below 1",
+        ),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
+        (
+            [
+                "finetune",
+                "vanilla",
+                "WIKI",
+                "--writing_params_path",
+                "x",
+                "--finetune_corpus_path",
+                "WIKI",
+                "--probe_corpus_path",
+                "WIKI",
+            ],
+            "--probe_corpus_path is for pretrain",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "inf"],
+            "must be a positive finite number, got inf",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "nan"],
+            "must be a positive finite number, got nan",
+        ),
+        (
+            ["pretrain", "perceiver", "WIKI", "--writing_params_path", "x", "--bottleneck_dim", "256"],
+            "--bottleneck_dim 256 is more than the block size 128",
+        ),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
+    ],
+)
+def test_command_line_mistakes_are_one_line(args, message, tiny_world):
+    code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
