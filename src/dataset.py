@@ -62,6 +62,16 @@ def read_questions(text, answered=None):
     return rows
 
 
+def read_question_file(path):
+    """read_questions of the file at `path`; its ValueError names the file."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        return read_questions(text)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
 def question_place_pairs(text):
     """[(line number, question, place)] of the lines "question<TAB>place" of `text`; ValueError names a bad line."""
     return read_questions(text, answered=True)

@@ -9,15 +9,14 @@ import argparse
 import collections
 import sys
 
-from dataset import read_questions
+from dataset import read_question_file
 from files import resolve_data_path
-from utils import evaluate_places, score_line
+from utils import score_line
 
 
 def most_frequent_place(path):
     """The most common place of a question<TAB>place file (the first seen among ties)."""
-    with open(path, encoding="utf-8") as f:
-        places = [place for _, _, place in read_questions(f.read()) if place is not None]
+    places = [place for _, _, place in read_question_file(path) if place is not None]
     if not places:
         raise ValueError(f"{path} has no places")
     return collections.Counter(places).most_common(1)[0][0]
@@ -33,16 +32,14 @@ def main(argv=None):
     path = resolve_data_path(args.eval_corpus_path)
     try:
         place = most_frequent_place(resolve_data_path(args.most_frequent_in)) if args.most_frequent_in else args.place
-        with open(path, encoding="utf-8") as f:
-            n_questions = len(read_questions(f.read()))
-        total, correct = evaluate_places(path, [place] * n_questions)
+        rows = read_question_file(path)
     except (OSError, ValueError) as e:
         print(f"london_baseline.py: error: {e}", file=sys.stderr)
         return 2
-    if total == 0:
+    if not rows or rows[0][2] is None:
         print(f"{path} has no answers to score")
     else:
-        print(score_line(total, correct))
+        print(score_line(len(rows), sum(true_place == place for _, _, true_place in rows)))
     return 0
 
 

@@ -5,7 +5,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from dataset import read_questions
+from dataset import read_question_file
 
 
 def set_seed(seed):
@@ -54,8 +54,7 @@ def evaluate_places(filepath, predicted_places):
     Returns (total, correct): the number of questions and of exact matches, or
     (0, 0) when the file holds questions without answers.
     """
-    with open(filepath, encoding="utf-8") as f:
-        rows = read_questions(f.read())
+    rows = read_question_file(filepath)
     if not rows or rows[0][2] is None:
         return 0, 0
     if len(rows) != len(predicted_places):

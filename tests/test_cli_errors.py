@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+import london_baseline
 from conftest import ROOT, SMALL, TINY, cli, one_line_error
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
@@ -544,3 +545,12 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
 def test_command_line_mistakes_are_one_line(args, message, tiny_world):
     code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_baseline_names_the_file_and_line_of_a_bad_question_file(tmp_path, capsys):
+    mixed = tmp_path / "mixed.tsv"
+    mixed.write_text("Where was A born?\tParis\nWhere was B born?\n", encoding="utf-8")
+    assert london_baseline.main([str(mixed)]) == 2
+    err = capsys.readouterr().err.strip()
+    expected = "line 2: expected 'question' on every line or 'question<TAB>place' on every line"
+    assert err == f"london_baseline.py: error: {mixed}: {expected}"
