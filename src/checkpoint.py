@@ -1,6 +1,7 @@
 """
 .params files: a model's plain state_dict (what the course's code writes and reads), the
-facts written beside it as <params>.json, and the one check that a file fits a model.
+facts written beside it as <params>.json, and the one check that a file fits a model;
+and RunIdentity, what a resumable training checkpoint (Trainer.state_dict) belongs to.
 """
 
 import dataclasses
