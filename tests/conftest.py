@@ -40,6 +40,17 @@ def cli(*args, env=None):
     return done.returncode, done.stdout, done.stderr
 
 
+def finetune_args(variant, corpus, writing_params, pairs):
+    """The arguments of `run.py finetune` from scratch (add --reading_params_path to start from params)."""
+    return ["finetune", variant, corpus, "--writing_params_path", writing_params, "--finetune_corpus_path", pairs]
+
+
+def evaluate_args(variant, corpus, reading_params, questions, outputs):
+    """The arguments of `run.py evaluate`."""
+    return ["evaluate", variant, corpus, "--reading_params_path", reading_params, "--eval_corpus_path", questions,
+            "--outputs_path", outputs]  # fmt: skip
+
+
 def run_main(*args):
     """run.py's main in this process (faster; capsys sees its output): the exit code."""
     import run

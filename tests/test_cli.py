@@ -15,7 +15,7 @@ import torch
 import run
 from checkpoint import save_params
 from config import BLOCK_SIZE, HANDOUT, RECIPES
-from conftest import ROOT, SMALL, cli
+from conftest import ROOT, SMALL, cli, evaluate_args, finetune_args
 from conftest import run_main as main
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
@@ -54,15 +54,7 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
     outputs = tmp_path / "new" / "dev.predictions"
     assert (
         main(
-            "evaluate",
-            variant,
-            wiki,
-            "--reading_params_path",
-            finetuned,
-            "--eval_corpus_path",
-            tiny_world["dev.tsv"],
-            "--outputs_path",
-            outputs,
+            *evaluate_args(variant, wiki, finetuned, tiny_world["dev.tsv"], outputs),
             *SMALL,
         )
         == 0
@@ -73,15 +65,7 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
     outputs = tmp_path / "test.predictions"
     assert (
         main(
-            "evaluate",
-            variant,
-            wiki,
-            "--reading_params_path",
-            finetuned,
-            "--eval_corpus_path",
-            tiny_world["test.tsv"],
-            "--outputs_path",
-            outputs,
+            *evaluate_args(variant, wiki, finetuned, tiny_world["test.tsv"], outputs),
             *SMALL,
         )
         == 0
@@ -108,15 +92,7 @@ def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_p
     save_params(model, params)
     assert (
         main(
-            "evaluate",
-            "vanilla",
-            tiny_world["wiki.txt"],
-            "--reading_params_path",
-            params,
-            "--eval_corpus_path",
-            tiny_world["dev.tsv"],
-            "--outputs_path",
-            outputs,
+            *evaluate_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["dev.tsv"], outputs),
             *SMALL,
         )
         == 0
@@ -127,28 +103,14 @@ def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_p
 def test_finetune_from_scratch_then_evaluate_in_a_fresh_process(tiny_world, tmp_path):
     params = tmp_path / "model.params"
     code, _, err = cli(
-        "finetune",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--writing_params_path",
-        params,
-        "--finetune_corpus_path",
-        tiny_world["train.tsv"],
+        *finetune_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["train.tsv"]),
         "--max_epochs",
         2,
         *SMALL,
     )
     assert code == 0, err
     code, out, err = cli(
-        "evaluate",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--reading_params_path",
-        params,
-        "--eval_corpus_path",
-        tiny_world["dev.tsv"],
-        "--outputs_path",
-        tmp_path / "p.txt",
+        *evaluate_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["dev.tsv"], tmp_path / "p.txt"),
         *SMALL,
     )
     assert code == 0, err
@@ -161,13 +123,7 @@ def test_every_run_gets_its_own_tensorboard_folder(tiny_world, tmp_path):
     command = [
         sys.executable,
         str(ROOT / "src" / "run.py"),
-        "finetune",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--writing_params_path",
-        "m.params",
-        "--finetune_corpus_path",
-        tiny_world["train.tsv"],
+        *finetune_args("vanilla", tiny_world["wiki.txt"], "m.params", tiny_world["train.tsv"]),
         "--max_epochs",
         "1",
         *SMALL,
@@ -358,15 +314,7 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     capsys.readouterr()
     assert (
         main(
-            "evaluate",
-            "vanilla",
-            wiki,
-            "--reading_params_path",
-            params,
-            "--eval_corpus_path",
-            train,
-            "--outputs_path",
-            outputs,
+            *evaluate_args("vanilla", wiki, params, train, outputs),
             *SMALL,
         )
         == 0

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import london_baseline
-from conftest import ROOT, SMALL, TINY, cli, one_line_error
+from conftest import ROOT, SMALL, TINY, cli, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
@@ -20,13 +20,7 @@ def test_input_errors_are_one_line(tiny_world, tmp_path):
     bad_tsv = tmp_path / "bad.tsv"
     bad_tsv.write_text("Where was A born?\tParis\nWhere was B born? Lima\n", encoding="utf-8")
     code, _, err = cli(
-        "finetune",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--writing_params_path",
-        params,
-        "--finetune_corpus_path",
-        bad_tsv,
+        *finetune_args("vanilla", tiny_world["wiki.txt"], params, bad_tsv),
         *SMALL,
     )
     assert code == 2 and str(bad_tsv) in err and "line 2" in err and len(err.strip().splitlines()) == 1
@@ -37,13 +31,7 @@ def test_input_errors_are_one_line(tiny_world, tmp_path):
 
     assert (
         main(
-            "finetune",
-            "vanilla",
-            tiny_world["wiki.txt"],
-            "--writing_params_path",
-            params,
-            "--finetune_corpus_path",
-            tiny_world["train.tsv"],
+            *finetune_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["train.tsv"]),
             "--max_epochs",
             1,
             *SMALL,
@@ -51,15 +39,7 @@ def test_input_errors_are_one_line(tiny_world, tmp_path):
         == 0
     )
     code, _, err = cli(
-        "evaluate",
-        "perceiver",
-        tiny_world["wiki.txt"],
-        "--reading_params_path",
-        params,
-        "--eval_corpus_path",
-        tiny_world["dev.tsv"],
-        "--outputs_path",
-        tmp_path / "p.txt",
+        *evaluate_args("perceiver", tiny_world["wiki.txt"], params, tiny_world["dev.tsv"], tmp_path / "p.txt"),
         *SMALL,
     )
     assert code == 2 and "was trained as vanilla" in err and len(err.strip().splitlines()) == 1
@@ -75,13 +55,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
     assert (
         main(
-            "finetune",
-            "vanilla",
-            wiki,
-            "--writing_params_path",
-            params,
-            "--finetune_corpus_path",
-            train,
+            *finetune_args("vanilla", wiki, params, train),
             "--max_epochs",
             1,
             *SMALL,
@@ -92,27 +66,13 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
         (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path], "is a directory"),
         (
             [
-                "finetune",
-                "vanilla",
-                wiki,
-                "--writing_params_path",
-                tmp_path / "x.params",
-                "--finetune_corpus_path",
-                long_pair,
+                *finetune_args("vanilla", wiki, tmp_path / "x.params", long_pair),
             ],
             "line 1: question and place are longer than the block size",
         ),
         (
             [
-                "evaluate",
-                "vanilla",
-                wiki,
-                "--reading_params_path",
-                params,
-                "--eval_corpus_path",
-                mixed,
-                "--outputs_path",
-                tmp_path / "mixed.predictions",
+                *evaluate_args("vanilla", wiki, params, mixed, tmp_path / "mixed.predictions"),
             ],
             "line 2: expected 'question' on every line",
         ),
@@ -133,15 +93,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
         cases.append(
             (
                 [
-                    "evaluate",
-                    "vanilla",
-                    wiki,
-                    "--reading_params_path",
-                    params,
-                    "--eval_corpus_path",
-                    dev,
-                    "--outputs_path",
-                    "/proc/dev.predictions",
+                    *evaluate_args("vanilla", wiki, params, dev, "/proc/dev.predictions"),
                 ],
                 "/proc refuses new files",
             )
@@ -165,13 +117,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main(
-            "finetune",
-            "vanilla",
-            wiki,
-            "--writing_params_path",
-            tmp_path / "x.params",
-            "--finetune_corpus_path",
-            train,
+            *finetune_args("vanilla", wiki, tmp_path / "x.params", train),
             "--mix_corpus_path",
             train,
         )
@@ -237,15 +183,7 @@ def test_bad_params_files(case, variant, flags, message, params_files, tiny_worl
     outputs = tmp_path / "out" / "dev.predictions"
     err = one_line_error(
         capsys,
-        "evaluate",
-        variant,
-        wiki,
-        "--reading_params_path",
-        path,
-        "--eval_corpus_path",
-        tiny_world["dev.tsv"],
-        "--outputs_path",
-        outputs,
+        *evaluate_args(variant, wiki, path, tiny_world["dev.tsv"], outputs),
         *TINY,
         *flags,
     )
@@ -277,30 +215,14 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
     no_sizes = ["--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
     assert (
         main(
-            "evaluate",
-            "vanilla",
-            wiki,
-            "--reading_params_path",
-            params,
-            "--eval_corpus_path",
-            dev,
-            "--outputs_path",
-            outputs,
+            *evaluate_args("vanilla", wiki, params, dev, outputs),
             *no_sizes,
         )
         == 0
     ), "the sizes come from the facts"
     err = one_line_error(
         capsys,
-        "evaluate",
-        "vanilla",
-        wiki,
-        "--reading_params_path",
-        params,
-        "--eval_corpus_path",
-        dev,
-        "--outputs_path",
-        tmp_path / "other",
+        *evaluate_args("vanilla", wiki, params, dev, tmp_path / "other"),
         *no_sizes,
         "--n_head",
         "8",
@@ -311,15 +233,7 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
     swapped.write_text(text.replace(sorted(set(text) - {"\n", " "})[-1], absent), encoding="utf-8")
     err = one_line_error(
         capsys,
-        "evaluate",
-        "vanilla",
-        swapped,
-        "--reading_params_path",
-        params,
-        "--eval_corpus_path",
-        dev,
-        "--outputs_path",
-        tmp_path / "other",
+        *evaluate_args("vanilla", swapped, params, dev, tmp_path / "other"),
         *no_sizes,
     )
     assert "another vocabulary" in err and "1 characters only there, 1 only here" in err
@@ -328,15 +242,7 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
     (tmp_path / "p.params.json").unlink()  # params without facts (the course's): the flags decide, as before
     assert (
         main(
-            "evaluate",
-            "vanilla",
-            wiki,
-            "--reading_params_path",
-            params,
-            "--eval_corpus_path",
-            dev,
-            "--outputs_path",
-            outputs,
+            *evaluate_args("vanilla", wiki, params, dev, outputs),
             *TINY[:2],
             "--n_head",
             "4",
@@ -387,15 +293,7 @@ def test_a_corpus_with_a_reserved_character_is_refused_naming_its_line(
     else:
         err = one_line_error(
             capsys,
-            "evaluate",
-            "vanilla",
-            corpus,
-            "--reading_params_path",
-            params_files["vanilla"],
-            "--eval_corpus_path",
-            tiny_world["dev.tsv"],
-            "--outputs_path",
-            output,
+            *evaluate_args("vanilla", corpus, params_files["vanilla"], tiny_world["dev.tsv"], output),
             *TINY,
         )
     assert f"{corpus}: line 2 holds the" in err and f"U+{ord(reserved):04X}" in err
@@ -411,13 +309,7 @@ def test_reserved_characters_in_questions_are_dropped_and_counted(tiny_world, tm
     tsv.write_text("Ada\u2047 Berg\tParis\n", encoding="utf-8")
     assert (
         main(
-            "finetune",
-            "vanilla",
-            tiny_world["wiki.txt"],
-            "--writing_params_path",
-            tmp_path / "p.params",
-            "--finetune_corpus_path",
-            tsv,
+            *finetune_args("vanilla", tiny_world["wiki.txt"], tmp_path / "p.params", tsv),
             "--max_epochs",
             1,
             *TINY,
@@ -440,13 +332,7 @@ def test_bad_finetuning_lines_name_the_file_and_line(line, problem, tiny_world, 
     params = tmp_path / "p.params"
     err = one_line_error(
         capsys,
-        "finetune",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--writing_params_path",
-        params,
-        "--finetune_corpus_path",
-        tsv,
+        *finetune_args("vanilla", tiny_world["wiki.txt"], params, tsv),
         *TINY,
     )
     assert f"{tsv}: line 3" in err and problem in err
@@ -459,15 +345,7 @@ def test_bad_evaluation_lines_name_the_file_and_line(params_files, tiny_world, t
     outputs = tmp_path / "p.txt"
     err = one_line_error(
         capsys,
-        "evaluate",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--reading_params_path",
-        params_files["vanilla"],
-        "--eval_corpus_path",
-        tsv,
-        "--outputs_path",
-        outputs,
+        *evaluate_args("vanilla", tiny_world["wiki.txt"], params_files["vanilla"], tsv, outputs),
         *TINY,
     )
     assert f"{tsv}: line 2: expected 'question<TAB>place', got 3 field(s)" in err
@@ -482,15 +360,7 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
     for outputs in [dev, tmp_path / "sub" / ".." / "dev.tsv"]:
         err = one_line_error(
             capsys,
-            "evaluate",
-            "vanilla",
-            tiny_world["wiki.txt"],
-            "--reading_params_path",
-            params_files["vanilla"],
-            "--eval_corpus_path",
-            dev,
-            "--outputs_path",
-            outputs,
+            *evaluate_args("vanilla", tiny_world["wiki.txt"], params_files["vanilla"], dev, outputs),
             *TINY,
         )
         assert "is also the --eval_corpus_path" in err
@@ -515,13 +385,7 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
         (
             [
-                "finetune",
-                "vanilla",
-                "WIKI",
-                "--writing_params_path",
-                "x",
-                "--finetune_corpus_path",
-                "WIKI",
+                *finetune_args("vanilla", "WIKI", "x", "WIKI"),
                 "--probe_corpus_path",
                 "WIKI",
             ],

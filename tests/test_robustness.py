@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from conftest import RUN_PY, RUNS_DIR, TINY, cli, one_line_error
+from conftest import RUN_PY, RUNS_DIR, TINY, cli, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
@@ -158,13 +158,7 @@ def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, caps
 def test_resuming_a_finished_run_trains_no_further(tiny_world, tmp_path, caplog):
     params = tmp_path / "p.params"
     args = [
-        "finetune",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--writing_params_path",
-        params,
-        "--finetune_corpus_path",
-        tiny_world["train.tsv"],
+        *finetune_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["train.tsv"]),
         "--max_epochs",
         2,
         "--keep_checkpoint",
@@ -342,13 +336,7 @@ def test_messy_files_run_end_to_end(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
     assert (
         main(
-            "finetune",
-            "vanilla",
-            tmp_path / "wiki.txt",
-            "--writing_params_path",
-            params,
-            "--finetune_corpus_path",
-            tiny_world["train.tsv"],
+            *finetune_args("vanilla", tmp_path / "wiki.txt", params, tiny_world["train.tsv"]),
             "--max_epochs",
             1,
             *TINY,
@@ -358,15 +346,7 @@ def test_messy_files_run_end_to_end(tiny_world, tmp_path, capsys):
     outputs = tmp_path / "new" / "folder" / "dev.predictions"
     assert (
         main(
-            "evaluate",
-            "vanilla",
-            tmp_path / "wiki.txt",
-            "--reading_params_path",
-            params,
-            "--eval_corpus_path",
-            tmp_path / "dev.tsv",
-            "--outputs_path",
-            outputs,
+            *evaluate_args("vanilla", tmp_path / "wiki.txt", params, tmp_path / "dev.tsv", outputs),
             *TINY,
         )
         == 0
@@ -455,15 +435,7 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
             2,
         ],
         [
-            "evaluate",
-            "vanilla",
-            wiki,
-            "--reading_params_path",
-            ft,
-            "--eval_corpus_path",
-            tiny_world["dev.tsv"],
-            "--outputs_path",
-            out,
+            *evaluate_args("vanilla", wiki, ft, tiny_world["dev.tsv"], out),
         ],
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -483,15 +455,7 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
     single = tmp_path / "single.predictions"
     assert (
         main(
-            "evaluate",
-            "vanilla",
-            wiki,
-            "--reading_params_path",
-            ft,
-            "--eval_corpus_path",
-            tiny_world["dev.tsv"],
-            "--outputs_path",
-            single,
+            *evaluate_args("vanilla", wiki, ft, tiny_world["dev.tsv"], single),
             *TINY,
         )
         == 0
