@@ -38,12 +38,14 @@ class RunIdentity:
     group_by_length: bool
     precision: str
     mix_corpus_path: Optional[str] = None
+    corrupt_by_epoch: bool = False
 
     def as_dict(self):
-        """As the checkpoint stores it (mix_corpus_path only when pretraining mixes pairs in)."""
+        """As the checkpoint stores it: the fields with defaults only when set, so that older checkpoints resume."""
         identity = dataclasses.asdict(self)
-        if identity["mix_corpus_path"] is None:
-            del identity["mix_corpus_path"]
+        for field in dataclasses.fields(self):
+            if field.default is not dataclasses.MISSING and identity[field.name] == field.default:
+                del identity[field.name]
         return identity
 
 

@@ -12,6 +12,7 @@ Id 0 is the pad (the loss ignores it), id 1 the mask, ids 2.. are the sorted
 characters of the pretraining corpus.
 """
 
+import functools
 import random
 import sys
 
@@ -113,9 +114,52 @@ class CharCorruptionDataset(Dataset):
     def __len__(self):
         return len(self.data)
 
+    @property
+    def max_truncation(self):
+        """The longest truncation a document can get: int(block_size * 7/8) characters."""
+        return int(self.block_size * 7 / 8)
+
+    @functools.cached_property
+    def document_ids(self):
+        """The documents' first max_truncation characters: (documents, max_truncation) ids, pad after, and lengths."""
+        ids = torch.zeros(len(self.data), self.max_truncation, dtype=torch.long)
+        lengths = torch.zeros(len(self.data), dtype=torch.long)
+        for row, document in enumerate(self.data):
+            kept = document[: self.max_truncation]
+            ids[row, : len(kept)] = torch.tensor([self.stoi[c] for c in kept], dtype=torch.long)
+            lengths[row] = len(kept)
+        return ids, lengths
+
+    def corrupt_all(self, order, generator=None):
+        """
+        The examples of documents `order` ((N,) Long) drawn all at once with tensor operations:
+        (x, y), each (N, block_size-1). Every row has the distribution of __getitem__'s
+        (truncation length, masked length and start drawn uniformly as there), but the
+        draws come from `generator` instead of Python's random, so the examples differ.
+        """
+        ids, lengths = self.document_ids
+        ids, lengths = ids[order], lengths[order]
+        rows = len(order)
+        truncation = torch.randint(4, self.max_truncation + 1, (rows,), generator=generator)
+        n = torch.minimum(truncation, lengths)
+        masked_len = 1 + uniform_below((n // 2 - 1).clamp(min=1), generator)
+        start = uniform_below(n - masked_len + 1, generator)
+        # output position p holds: the prefix (p < start), MASK, the suffix, MASK, the masked content, pads
+        p = torch.arange(self.block_size).expand(rows, -1)
+        start, masked_len, n = start[:, None], masked_len[:, None], n[:, None]
+        second_mask = n - masked_len + 1
+        source = torch.where(
+            p < start, p, torch.where(p <= second_mask, p - 1 + masked_len, p - second_mask - 1 + start)
+        )
+        text = ids.gather(1, source.clamp(0, self.max_truncation - 1))
+        mask_id, pad_id = self.stoi[MASK_CHAR], self.stoi[PAD_CHAR]
+        text = torch.where((p == start) | (p == second_mask), mask_id, text)
+        text = torch.where(p >= n + 2, pad_id, text)
+        return text[:, :-1], text[:, 1:]
+
     def __getitem__(self, idx):
         document = self.data[idx]
-        truncated = document[: random.randint(4, int(self.block_size * 7 / 8))]
+        truncated = document[: random.randint(4, self.max_truncation)]
         n = len(truncated)
         masked_len = random.randint(1, max(1, n // 2 - 1))
         start = random.randint(0, n - masked_len)
@@ -126,6 +170,12 @@ class CharCorruptionDataset(Dataset):
         masked_string += PAD_CHAR * (self.block_size - len(masked_string))
         ids = [self.stoi[c] for c in masked_string]
         return torch.tensor(ids[:-1], dtype=torch.long), torch.tensor(ids[1:], dtype=torch.long)
+
+
+def uniform_below(high, generator=None):
+    """(N,) Long: one integer drawn uniformly from [0, high[i]) for every i (high >= 1)."""
+    draws = (torch.rand(high.shape, dtype=torch.float64, generator=generator) * high).long()
+    return torch.minimum(draws, high - 1)
 
 
 class NameDataset(Dataset):

@@ -236,6 +236,12 @@ def build_parser():
         help="evaluate one question at a time without a KV cache (same answers, slower)",
     )
     s.add_argument("--compile", action="store_true", help="torch.compile the model for training")
+    s.add_argument(
+        "--corrupt_by_epoch",
+        action="store_true",
+        help="pretrain: draw each epoch's span corruptions at once with tensor operations instead of one example "
+        "at a time in Python (the same distribution, other random draws)",
+    )
     o = p.add_argument_group("departures from the course's optimisation (the defaults reproduce it; see README)")
     o.add_argument(
         "--decay_groups",
@@ -463,6 +469,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         device=device,
         skip_padding=not args.full_padding,
         bucket_pool=LENGTH_GROUPING_POOL if args.group_by_length and args.function == "pretrain" else 1,
+        corrupt_by_epoch=args.corrupt_by_epoch,
         precision=args.precision,
         compile=args.compile,
         checkpoint_path=checkpoint_path,
@@ -492,6 +499,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
             group_by_length=args.group_by_length,
             precision=args.precision,
             mix_corpus_path=args.mix_corpus_path,
+            corrupt_by_epoch=args.corrupt_by_epoch,
         ).as_dict(),
     )
     exists = os.path.exists(checkpoint_path)
@@ -624,9 +632,11 @@ def main(argv=None):
     missing = [f"--{name}" for name in REQUIRED[args.function] if not getattr(args, name)]
     if missing:
         parser.error(f"{args.function} needs {' and '.join(missing)}")
-    for flag in ("probe_corpus_path", "mix_corpus_path"):
+    for flag in ("probe_corpus_path", "mix_corpus_path", "corrupt_by_epoch"):
         if getattr(args, flag) and args.function != "pretrain":
             parser.error(f"--{flag} is for pretrain")
+    if args.corrupt_by_epoch and args.mix_corpus_path:
+        parser.error("--corrupt_by_epoch draws span corruptions only: it cannot be combined with --mix_corpus_path")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         run(args, shlex.join(["run.py", *argv]))

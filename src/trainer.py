@@ -106,6 +106,7 @@ class TrainerConfig:
     run_facts = None  # a dict saved in the checkpoint as it is (what the model is), not compared on resume
     data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
     epoch_end = None  # called as epoch_end(epochs_done) on every rank after each epoch, e.g. to probe the model
+    corrupt_by_epoch = False  # draw each epoch's examples at once with train_dataset.corrupt_all (not per example)
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -212,10 +213,21 @@ class Trainer:
             self.tokens_before(step), config.warmup_tokens, config.final_tokens, clamped=config.lr_schedule == "clamped"
         )
 
-    def global_batches(self, loader, generator):
-        """The epoch's global batches (x, y) on the CPU, in an order fixed by the loader's and `generator`'s seeds."""
+    def epoch_chunks(self, generator):
+        """
+        The epoch's examples (x, y) in chunks of loader_batch_size: from the DataLoader, or, with
+        corrupt_by_epoch, all drawn at once by the dataset's corrupt_all (same distribution, no per-example Python).
+        """
+        if not self.config.corrupt_by_epoch:
+            return self.loader
+        order = torch.randperm(len(self.train_dataset), generator=generator)
+        x, y = self.train_dataset.corrupt_all(order, generator)
+        return zip(x.split(self.loader_batch_size), y.split(self.loader_batch_size))
+
+    def global_batches(self, generator):
+        """The epoch's global batches (x, y) on the CPU, in an order fixed by `generator`'s seed."""
         config = self.config
-        for x, y in loader:
+        for x, y in self.epoch_chunks(generator):
             if config.skip_padding:
                 yield from length_buckets(x, y, config.batch_size, generator)
             else:
@@ -377,15 +389,18 @@ class Trainer:
         if config.compile:
             self.forward = torch.compile(self.forward, dynamic=True)
         self.generator = torch.Generator()
-        self.loader = DataLoader(
-            self.train_dataset,
-            batch_size=config.batch_size * (config.bucket_pool if config.skip_padding else 1),
-            shuffle=True,
-            generator=self.generator,
-            num_workers=config.num_workers,
-            persistent_workers=config.num_workers > 0,
-            pin_memory=on_cuda,
-        )
+        self.loader_batch_size = config.batch_size * (config.bucket_pool if config.skip_padding else 1)
+        self.loader = None
+        if not config.corrupt_by_epoch:
+            self.loader = DataLoader(
+                self.train_dataset,
+                batch_size=self.loader_batch_size,
+                shuffle=True,
+                generator=self.generator,
+                num_workers=config.num_workers,
+                persistent_workers=config.num_workers > 0,
+                pin_memory=on_cuda,
+            )
         self.steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
         self.bar = tqdm(
             total=config.max_epochs * self.steps_per_epoch,
@@ -447,7 +462,7 @@ class Trainer:
         self.generator.manual_seed(self.data_seed + epoch)
         self.epoch_random_state = random.getstate()
         window_loss, window_steps = torch.zeros((), device=self.device), 0
-        for batch, (x, y) in enumerate(self.global_batches(self.loader, self.generator)):
+        for batch, (x, y) in enumerate(self.global_batches(self.generator)):
             if batch < skip:
                 continue
             lr, loss = self.train_step(x, y)

@@ -232,7 +232,8 @@ def test_recipes_fill_in_the_settings_and_flags_win():
     assert overridden == dataclasses.replace(cpu, pretrain_lr=5e-4, dropout=0.2)
 
 
-def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
+@pytest.mark.parametrize("corrupt_by_epoch", [False, True])
+def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, corrupt_by_epoch):
     params = tmp_path / "pre.params"
     code, _, err = cli(
         "pretrain",
@@ -250,6 +251,7 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
         1,
         "--keep_checkpoint",
         *SMALL,
+        *(["--corrupt_by_epoch"] if corrupt_by_epoch else []),
     )
     assert code == 0, err
     reports = [line for line in err.replace("\r", "\n").splitlines() if "birthplaces of" in line]
@@ -259,6 +261,7 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path):
     assert params.exists()
     identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
     assert identity["recipe"] == "cpu" and identity["dropout"] == 0.0
+    assert identity.get("corrupt_by_epoch", False) == corrupt_by_epoch
     assert identity["learning_rate"] == RECIPES["cpu"].pretrain_lr
 
 

@@ -404,6 +404,20 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
             "--bottleneck_dim 256 is more than the block size 128",
         ),
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
+        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--corrupt_by_epoch"], "--corrupt_by_epoch is for pretrain"),
+        (
+            [
+                "pretrain",
+                "vanilla",
+                "WIKI",
+                "--writing_params_path",
+                "x",
+                "--corrupt_by_epoch",
+                "--mix_corpus_path",
+                "x",
+            ],
+            "cannot be combined with --mix_corpus_path",
+        ),
     ],
 )
 def test_command_line_mistakes_are_one_line(args, message, tiny_world):

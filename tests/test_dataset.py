@@ -1,5 +1,6 @@
 """The span-corruption and birthplace datasets, to the handout's specification."""
 
+import random
 import statistics
 
 import pytest
@@ -131,3 +132,67 @@ def test_assignment_data(a5_dir):
     for idx, line in enumerate(train_text.splitlines()):
         question, place = line.split("\t")
         assert decode(ds, ds[idx][0]).startswith(question + MASK_CHAR + place + MASK_CHAR)
+
+
+def corruption_draws(x, y):
+    """(truncation lengths, masked lengths, starts), each (N,), read back from examples (N, block_size-1)."""
+    text = torch.cat([x[:, :1], y], dim=1)
+    positions = torch.arange(text.size(1))
+    is_mask = text == 1
+    n = (text != 0).sum(1) - 2
+    start = torch.where(is_mask, positions, text.size(1)).min(1).values
+    second_mask = torch.where(is_mask, positions, -1).max(1).values
+    return n, n + 1 - second_mask, start
+
+
+def exact_draw_probabilities(document_lengths, max_truncation):
+    """The probabilities of every truncation length, masked length and start, for documents drawn uniformly."""
+    marginals = [torch.zeros(max_truncation + 1, dtype=torch.float64) for _ in range(3)]
+    for length in document_lengths:
+        truncations = range(4, max_truncation + 1)
+        for truncation in truncations:
+            n = min(truncation, length)
+            masked_choices = range(1, max(1, n // 2 - 1) + 1)
+            for masked in masked_choices:
+                starts = range(0, n - masked + 1)
+                p = 1 / (len(document_lengths) * len(truncations) * len(masked_choices) * len(starts))
+                marginals[0][n] += p * len(starts)
+                marginals[1][masked] += p * len(starts)
+                marginals[2][list(starts)] += p
+    return marginals
+
+
+def chi_square(counts, probabilities):
+    """Pearson's statistic of observed counts against probabilities, and its degrees of freedom."""
+    expected = probabilities * counts.sum()
+    cells = expected > 0
+    assert counts[~cells].sum() == 0, "a value that cannot be drawn was drawn"
+    return float(((counts[cells] - expected[cells]) ** 2 / expected[cells]).sum()), int(cells.sum()) - 1
+
+
+def test_corruption_drawn_for_a_whole_epoch_has_the_per_example_distribution():
+    """
+    corrupt_all (tensor operations, a whole epoch at once) and __getitem__ (the course's
+    per-example draws) each match the exact distribution of the truncation length, the
+    masked length and the start, over documents shorter than 4, shorter than the
+    truncation limit and longer than it; and every tensor-drawn row is a corruption of its document.
+    """
+    documents = ["abc", "defghijklm", "nopqrstuvwxyzabcdefg", DOC[:40]]
+    ds = CharCorruptionDataset("\n".join(documents), 32)
+    repeats = 6000
+    order = torch.arange(len(documents)).repeat(repeats)
+    x_all, y_all = ds.corrupt_all(order, torch.Generator().manual_seed(0))
+    random.seed(0)
+    per_example = [ds[int(i)] for i in order]
+    x_one, y_one = torch.stack([x for x, _ in per_example]), torch.stack([y for _, y in per_example])
+    exact = exact_draw_probabilities([len(d) for d in documents], ds.max_truncation)
+    for name, (x, y) in {"corrupt_all": (x_all, y_all), "__getitem__": (x_one, y_one)}.items():
+        assert x.shape == y.shape == (len(order), ds.block_size - 1)
+        for what, draws, probabilities in zip(("truncation", "masked length", "start"), corruption_draws(x, y), exact):
+            counts = torch.bincount(draws, minlength=len(probabilities)).double()
+            statistic, freedom = chi_square(counts, probabilities)
+            # a correct sampler exceeds this with probability below 1e-6
+            assert statistic < freedom + 7 * (2 * freedom) ** 0.5, f"{name}: {what} chi-square {statistic:.0f}"
+    for row in range(0, len(order), 97):
+        prefix, masked, suffix, _ = parse_example(ds, x_all[row], y_all[row])
+        assert documents[order[row]].startswith(prefix + masked + suffix)

@@ -85,16 +85,20 @@ def test_length_buckets_hold_every_example_once_and_cut_only_padding(world):
     assert len(source_rows(x, y, batches)) == 300
 
 
-def test_bucketing_halves_pretraining_arithmetic(world):
-    """An epoch of pretraining computes at most 60% of the padded arithmetic (token positions)."""
+@pytest.mark.parametrize("corrupt_by_epoch", [False, True])
+def test_bucketing_halves_pretraining_arithmetic(world, corrupt_by_epoch):
+    """An epoch of pretraining computes at most 60% of the padded arithmetic (token positions), every example once."""
     _, pre, _ = world
     set_seed(0)
     model = GPT(config_for("vanilla", pre.vocab_size, 128))
-    trainer = Trainer(model, pre, None, TrainerConfig(max_epochs=1, batch_size=32, bucket_pool=16, device="cpu"))
-    positions = 0
-    loader = torch.utils.data.DataLoader(pre, batch_size=32 * trainer.config.bucket_pool, shuffle=True)
-    for x, y in trainer.global_batches(loader, torch.Generator().manual_seed(0)):
+    config = TrainerConfig(max_epochs=1, batch_size=32, bucket_pool=16, device="cpu", corrupt_by_epoch=corrupt_by_epoch)
+    trainer = Trainer(model, pre, None, config)
+    trainer.setup()
+    positions, examples = 0, 0
+    for x, y in trainer.global_batches(torch.Generator().manual_seed(0)):
         positions += sum(xp.numel() for xp, _, _ in trainer.micro_batches(x, y))
+        examples += len(y)
+    assert examples == len(pre)
     assert positions <= 0.6 * len(pre) * 127
 
 

@@ -263,7 +263,8 @@ def test_resume_without_a_checkpoint_starts_over(tiny_world, tmp_path, capsys):
     assert "starting from the beginning" in capsys.readouterr().err and params.exists()
 
 
-def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path):
+@pytest.mark.parametrize("corrupt_by_epoch", [False, True])
+def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path, corrupt_by_epoch):
     """The Trainer alone: a checkpoint written within an epoch continues exactly where the run was."""
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
         dataset = CharCorruptionDataset(f.read(), 64)
@@ -283,6 +284,7 @@ def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path):
             resume=resume,
             data_seed=5,
             device="cpu",
+            corrupt_by_epoch=corrupt_by_epoch,
         )
         return Trainer(model, dataset, None, config)
 
