@@ -211,6 +211,13 @@ def build_parser():
         "and how many of the questions it answers",
     )
     r.add_argument("--probe_every", type=positive_int, default=5, metavar="N", help="epochs between probes (default 5)")
+    r.add_argument(
+        "--save_every",
+        type=positive_int,
+        metavar="N",
+        help="also save the params every N epochs as <writing_params_path>.epoch<E>, their facts holding the epochs "
+        "and the training seconds so far (for learning curves: src/learning_curve.py)",
+    )
     c = p.add_argument_group("checkpoints (pretrain, finetune)")
     c.add_argument(
         "--resume",
@@ -432,6 +439,29 @@ def recall_probe(path, every, model, pretrain_dataset, device, writer):
     return probe
 
 
+def epoch_end(args, model, run_facts, probe):
+    """
+    What runs after every epoch: the params saved every --save_every epochs as
+    <writing_params_path>.epoch<E> (rank 0), with the epochs and the seconds spent training
+    so far (this process's, probes left out) in their facts; then the probe, if any.
+    """
+    start, probe_seconds = time.monotonic(), 0.0
+
+    def run_after(epochs_done):
+        nonlocal probe_seconds
+        if args.save_every and epochs_done % args.save_every == 0 and rank_and_world_size()[0] == 0:
+            path = f"{args.writing_params_path}.epoch{epochs_done}"
+            save_params(model, path)
+            training_seconds = round(time.monotonic() - start - probe_seconds, 1)
+            write_facts(path, dict(run_facts, epochs=epochs_done, training_seconds=training_seconds))
+        if probe is not None:
+            probe_start = time.monotonic()
+            probe(epochs_done)
+            probe_seconds += time.monotonic() - probe_start
+
+    return run_after
+
+
 @dataclasses.dataclass
 class Schedule:
     """What one training run does: its examples, epochs, batch size and peak learning rate."""
@@ -451,6 +481,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
     probe = None
     if args.function == "pretrain" and args.probe_corpus_path:
         probe = recall_probe(args.probe_corpus_path, args.probe_every, model, pretrain_dataset, device, writer)
+    run_facts = params_facts(args, sizes, args.recipe, pretrain_dataset, command)
     checkpoint_path = args.writing_params_path + ".ckpt"
     num_workers = args.num_workers
     if num_workers is None:
@@ -476,8 +507,8 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         checkpoint_minutes=args.checkpoint_minutes,
         resume=args.resume,
         data_seed=args.seed,
-        epoch_end=probe,
-        run_facts=params_facts(args, sizes, args.recipe, pretrain_dataset, command),
+        epoch_end=epoch_end(args, model, run_facts, probe),
+        run_facts=run_facts,
         run_identity=RunIdentity(
             function=args.function,
             variant=args.variant,
@@ -632,7 +663,7 @@ def main(argv=None):
     missing = [f"--{name}" for name in REQUIRED[args.function] if not getattr(args, name)]
     if missing:
         parser.error(f"{args.function} needs {' and '.join(missing)}")
-    for flag in ("probe_corpus_path", "mix_corpus_path", "corrupt_by_epoch"):
+    for flag in ("probe_corpus_path", "mix_corpus_path", "corrupt_by_epoch", "save_every"):
         if getattr(args, flag) and args.function != "pretrain":
             parser.error(f"--{flag} is for pretrain")
     if args.corrupt_by_epoch and args.mix_corpus_path:

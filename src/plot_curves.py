@@ -1,0 +1,78 @@
+"""
+Draw learning curves written by src/learning_curve.py: recall and held-out accuracy
+against pretraining minutes, one line each per curve.
+
+    python src/plot_curves.py curves/vanilla/curve.csv curves/perceiver/curve.csv --out docs/cpu_curve.png
+
+A curve is labelled with its folder's name unless --labels names them. Needs matplotlib
+(in requirements-dev.txt).
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+
+def read_curve(path):
+    """[(minutes, recall %, accuracy %)] of a curve.csv, by minutes."""
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    points = [
+        (
+            float(row["training_minutes"]),
+            100 * int(row["recalled"]) / max(1, int(row["probed"])),
+            100 * int(row["answered"]) / max(1, int(row["questions"])),
+        )
+        for row in rows
+    ]
+    return sorted(points)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("curves", nargs="+", help="curve.csv files of src/learning_curve.py")
+    parser.add_argument("--labels", nargs="+", help="one label per curve (default: the folder's name)")
+    parser.add_argument("--title", default="")
+    parser.add_argument("--out", required=True, help="the PNG to write")
+    args = parser.parse_args(argv)
+    labels = args.labels or [os.path.basename(os.path.dirname(os.path.abspath(path))) for path in args.curves]
+    if len(labels) != len(args.curves):
+        parser.error(f"{len(args.curves)} curves but {len(labels)} labels")
+    try:
+        curves = [read_curve(path) for path in args.curves]
+    except (OSError, KeyError, ValueError) as e:
+        parser.error(f"cannot read a curve: {e}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        parser.error("drawing needs matplotlib: pip install -r requirements-dev.txt")
+
+    figure, (recall_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    for label, points in zip(labels, curves):
+        minutes, recalls, accuracies = zip(*points) if points else ((), (), ())
+        recall_axes.plot(minutes, recalls, marker="o", label=label)
+        accuracy_axes.plot(minutes, accuracies, marker="o", label=label)
+    recall_axes.set_title("birthplaces recalled from the biographies")
+    accuracy_axes.set_title("held-out questions answered after finetuning")
+    for axes in (recall_axes, accuracy_axes):
+        axes.set_xlabel("pretraining minutes")
+        axes.set_ylabel("% of held-out people")
+        axes.grid(alpha=0.3)
+        axes.set_ylim(bottom=0)
+    accuracy_axes.legend()
+    if args.title:
+        figure.suptitle(args.title)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    temporary = f"{args.out}.tmp.png"
+    figure.savefig(temporary, dpi=120)
+    os.replace(temporary, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

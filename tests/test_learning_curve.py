@@ -1,0 +1,62 @@
+"""src/learning_curve.py and src/plot_curves.py on a small world: snapshots, their scores, the picture."""
+
+import csv
+
+import pytest
+import torch
+
+import learning_curve
+import plot_curves
+from checkpoint import read_facts
+from conftest import SMALL
+
+
+@pytest.mark.slow
+def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path, capsys):
+    out = tmp_path / "curve"
+    argv = [
+        "vanilla",
+        tiny_world["wiki.txt"],
+        "--every",
+        "1",
+        "--finetune_corpus_path",
+        tiny_world["train.tsv"],
+        "--eval_corpus_path",
+        tiny_world["dev.tsv"],
+        "--out",
+        str(out),
+        "--",
+        "--max_epochs",
+        "2",
+        *SMALL,
+    ]
+    assert learning_curve.main(argv) == 0
+    with open(out / "curve.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(row["epochs"]) for row in rows] == [1, 2]
+    assert all(int(row["probed"]) == int(row["questions"]) == 24 for row in rows)
+    minutes = [float(row["training_minutes"]) for row in rows]
+    assert 0 < minutes[0] < minutes[1]
+
+    # the last snapshot is the finished pretraining; each snapshot's facts say when it was taken
+    snapshot = str(out / "pretrain.params.epoch2")
+    final = torch.load(out / "pretrain.params", weights_only=True)
+    assert all(torch.equal(t, final[k]) for k, t in torch.load(snapshot, weights_only=True).items())
+    assert read_facts(snapshot)["epochs"] == 2 and read_facts(snapshot)["training_seconds"] == pytest.approx(
+        60 * minutes[1], abs=0.1
+    )
+    # the accuracy is that of the predictions left beside the curve
+    places = [line.split("\t")[1] for line in open(tiny_world["dev.tsv"], encoding="utf-8").read().splitlines()]
+    for row in rows:
+        predictions = open(out / f"finetune.epoch{row['epochs']}.predictions", encoding="utf-8").read().splitlines()
+        assert int(row["answered"]) == sum(p == q for p, q in zip(predictions, places))
+    assert not list(out.glob("finetune.*.params"))
+
+    # scoring again reuses the pretraining
+    capsys.readouterr()
+    assert learning_curve.main(argv) == 0
+    assert "scoring its snapshots without pretraining again" in capsys.readouterr().err
+
+    picture = tmp_path / "docs" / "curve.png"
+    assert plot_curves.main([str(out / "curve.csv"), "--out", str(picture), "--title", "tiny"]) == 0
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
