@@ -7,8 +7,7 @@ and the checkpoint's run identity read them from here.
 import dataclasses
 
 BLOCK_SIZE = 128
-MODEL = dict(n_layer=4, n_head=8, n_embd=256)
-SIZE_DEFAULTS = dict(MODEL, bottleneck_dim=32)  # the model-size flags: what a params file's facts can supply
+BOTTLENECK_DIM = 32  # the perceiver's latent length m
 LENGTH_GROUPING_POOL = 16  # with --group_by_length, pretraining batches per pool of examples grouped by length
 
 
@@ -32,13 +31,23 @@ class Recipe:
     dropout: float = 0.1
     warmup_tokens: int = 512 * 20
     decay_epochs: int = 200
+    weight_decay: float = 0.1
+    group_by_length: bool = False  # pretraining batches from pools grouped by length (not the course's batching)
+    n_layer: int = 4
+    n_head: int = 8
+    n_embd: int = 256
 
     def final_tokens(self, examples_per_epoch):
         """The cosine's half period in tokens: decay_epochs epochs of block_size tokens per example."""
         return self.decay_epochs * examples_per_epoch * BLOCK_SIZE
 
+    def model_sizes(self):
+        """The model's size flags (bottleneck_dim is the perceiver's)."""
+        return dict(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, bottleneck_dim=BOTTLENECK_DIM)
+
 
 HANDOUT = Recipe()
+MODEL = dict(n_layer=HANDOUT.n_layer, n_head=HANDOUT.n_head, n_embd=HANDOUT.n_embd)  # the handout's model
 # --recipe: named recipes. Flags given on the command line (--pretrain_lr, --max_epochs,
 # --batch_size, --dropout, ...) win over them.
 RECIPES = {

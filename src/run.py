@@ -33,7 +33,7 @@ from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from checkpoint import ParamsError, RunIdentity, load_fitting_params, read_facts, save_params, write_facts
-from config import BLOCK_SIZE, LENGTH_GROUPING_POOL, MODEL, RECIPES, SIZE_DEFAULTS
+from config import BLOCK_SIZE, BOTTLENECK_DIM, LENGTH_GROUPING_POOL, MODEL, RECIPES
 from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
 from decoding import birthplace_recall, predict_places
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
@@ -148,7 +148,7 @@ def build_parser():
     p.add_argument(
         "--bottleneck_dim",
         type=positive_int,
-        help=f"perceiver latent length m (default {SIZE_DEFAULTS['bottleneck_dim']}, or the params' own)",
+        help=f"perceiver latent length m (default {BOTTLENECK_DIM}, or the params' own)",
     )
     p.add_argument("--reading_params_path", help="params to start from (finetune) or to evaluate")
     p.add_argument("--writing_params_path", help="where to save the trained params")
@@ -174,18 +174,19 @@ def build_parser():
     g.add_argument(
         "--n_layer",
         type=positive_int,
-        help=f"Transformer blocks (default {MODEL['n_layer']}, or the params' own; the perceiver's "
+        help=f"Transformer blocks (default {MODEL['n_layer']} or the recipe's, or the params' own; the perceiver's "
         "first and last are its down- and up-projection)",
     )
     g.add_argument(
         "--n_head",
         type=positive_int,
-        help=f"attention heads per block (default {MODEL['n_head']}, or the params' own; must divide --n_embd)",
+        help=f"attention heads per block (default {MODEL['n_head']} or the recipe's, or the params' own; "
+        "must divide --n_embd)",
     )
     g.add_argument(
         "--n_embd",
         type=positive_int,
-        help=f"width of the embeddings and every block (default {MODEL['n_embd']}, or the params' own)",
+        help=f"width of the embeddings and every block (default {MODEL['n_embd']} or the recipe's, or the params' own)",
     )
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
@@ -271,9 +272,9 @@ def build_parser():
     )
     o.add_argument(
         "--group_by_length",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help=f"pretrain: draw batches from pools of {LENGTH_GROUPING_POOL} batches grouped by example length "
-        "(less padding, but other examples share a step)",
+        "(less padding, but other examples share a step; default: the recipe's, off in the handout's)",
     )
     return p
 
@@ -343,13 +344,13 @@ def reading_params_facts(args):
         raise UsageError(str(e)) from None
 
 
-def model_sizes(args, facts):
+def model_sizes(args, facts, recipe):
     """
     The model-size flags: those left out take the params' own sizes (from their facts) or
-    the defaults; a flag that contradicts the params' facts is refused.
+    the recipe's; a flag that contradicts the params' facts is refused.
     """
     sizes = {}
-    for flag, default in SIZE_DEFAULTS.items():
+    for flag, default in recipe.model_sizes().items():
         given, trained = getattr(args, flag), (facts or {}).get(flag)
         if given is not None and trained is not None and given != trained:
             raise UsageError(
@@ -395,8 +396,8 @@ def build_model(args, sizes, pretrain_dataset, dropout):
 
 
 def recipe_of(args):
-    """The --recipe's settings, with the learning rates and dropout given on the command line put in."""
-    flags = {key: getattr(args, key) for key in ("pretrain_lr", "finetune_lr", "dropout")}
+    """The --recipe's settings, with the learning rates, dropout and length grouping of the command line put in."""
+    flags = {key: getattr(args, key) for key in ("pretrain_lr", "finetune_lr", "dropout", "group_by_length")}
     return dataclasses.replace(RECIPES[args.recipe], **{key: v for key, v in flags.items() if v is not None})
 
 
@@ -493,13 +494,14 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         lr_decay=True,
         lr_schedule=args.lr_schedule,
         decay_groups=args.decay_groups,
+        weight_decay=recipe.weight_decay,
         warmup_tokens=recipe.warmup_tokens,
         final_tokens=recipe.final_tokens(schedule.schedule_examples),
         num_workers=num_workers,
         writer=writer,
         device=device,
         skip_padding=not args.full_padding,
-        bucket_pool=LENGTH_GROUPING_POOL if args.group_by_length and args.function == "pretrain" else 1,
+        bucket_pool=LENGTH_GROUPING_POOL if recipe.group_by_length and args.function == "pretrain" else 1,
         corrupt_by_epoch=args.corrupt_by_epoch,
         precision=args.precision,
         compile=args.compile,
@@ -527,7 +529,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
             dropout=recipe.dropout,
             decay_groups=args.decay_groups,
             lr_schedule=args.lr_schedule,
-            group_by_length=args.group_by_length,
+            group_by_length=recipe.group_by_length,
             precision=args.precision,
             mix_corpus_path=args.mix_corpus_path,
             corrupt_by_epoch=args.corrupt_by_epoch,
@@ -565,9 +567,10 @@ def corpus_sizes_recipe(args):
     """A command's pretraining corpus (its vocabulary), model sizes and recipe, checked against the params' facts."""
     pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
     facts = reading_params_facts(args)
-    sizes = model_sizes(args, facts)
+    recipe = recipe_of(args)
+    sizes = model_sizes(args, facts, recipe)
     check_vocabulary(args, facts, pretrain_dataset)
-    return pretrain_dataset, sizes, recipe_of(args)
+    return pretrain_dataset, sizes, recipe
 
 
 def pretrain(args, device, command):

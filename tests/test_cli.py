@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import run
-from checkpoint import save_params
+from checkpoint import read_facts, save_params
 from config import BLOCK_SIZE, HANDOUT, RECIPES
-from conftest import ROOT, SMALL, cli, evaluate_args, finetune_args
+from conftest import CPU_FLAGS, ROOT, SMALL, cli, evaluate_args, finetune_args
 from conftest import run_main as main
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
@@ -230,6 +230,22 @@ def test_recipes_fill_in_the_settings_and_flags_win():
         )
     )
     assert overridden == dataclasses.replace(cpu, pretrain_lr=5e-4, dropout=0.2)
+
+
+def test_a_recipe_sets_the_model_size_and_length_grouping_and_flags_win(tiny_world, tmp_path, monkeypatch):
+    recipe = dataclasses.replace(HANDOUT, n_layer=2, n_head=2, n_embd=24, group_by_length=True, weight_decay=0.0)
+    monkeypatch.setitem(RECIPES, "narrow", recipe)
+    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--recipe", "narrow", "--max_epochs", 1, *CPU_FLAGS]
+    assert main(*common, "--writing_params_path", tmp_path / "a.params", "--keep_checkpoint") == 0
+    facts = read_facts(str(tmp_path / "a.params"))
+    assert (facts["n_layer"], facts["n_head"], facts["n_embd"]) == (2, 2, 24)
+    checkpoint = torch.load(tmp_path / "a.params.ckpt", weights_only=True)
+    assert checkpoint["run_identity"]["group_by_length"] is True
+    assert [group["weight_decay"] for group in checkpoint["optimizer"]["param_groups"]] == [0.0, 0.0]
+    flags = ["--n_embd", 16, "--no-group_by_length", "--keep_checkpoint"]
+    assert main(*common, "--writing_params_path", tmp_path / "b.params", *flags) == 0
+    assert read_facts(str(tmp_path / "b.params"))["n_embd"] == 16
+    assert torch.load(tmp_path / "b.params.ckpt", weights_only=True)["run_identity"]["group_by_length"] is False
 
 
 @pytest.mark.parametrize("corrupt_by_epoch", [False, True])
