@@ -2,7 +2,7 @@
 Measures what the fast paths save, side by side in one run on this machine.
 
     python src/benchmark.py [--variants vanilla perceiver synthesizer] [--eval_questions 500] [--group_by_length]
-                            [--sweep 128 256 512 1024] [--device auto]
+                            [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data]
 
 For each variant, with the handout's model and batch sizes, it trains one epoch of
 pretraining and one of finetuning and answers the dev questions, once the
@@ -17,11 +17,20 @@ same model are compared and must be identical.
 Then it sweeps the block size and prints the time and peak memory of one training
 step (forward, backward, AdamW) for each variant: the cost of vanilla and synthesizer
 attention grows with L^2, the perceiver's inner blocks with m^2 and its projections
-with L*m. Data: data/ when it holds the assignment's files, else a generated demo world.
+with L*m. Data: data/ (or --data) when it holds the assignment's files, else a generated
+demo world.
+
+With --whole_process it compares whole run.py processes instead, as a user meets them
+(interpreter start-up, imports, reading the data and the params included): one epoch of
+pretraining, one of finetuning from its params, and answering the dev questions, once
+with --full_padding --sequential_decoding (the course's loops) and once with the defaults.
 """
 
 import argparse
 import multiprocessing
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,16 +56,79 @@ def model_config(variant, vocab_size, block_size):
     return variant_config(variant, vocab_size, block_size, bottleneck_dim=PERCEIVER_BOTTLENECK, **MODEL)
 
 
-def load_data():
-    """The four data files' texts: the assignment's when data/ has them, else a fresh demo world."""
-    folder = DATA_DIR
+def data_folder(folder=DATA_DIR):
+    """The folder of the four data files: `folder` when it holds them, else a fresh demo world."""
+    folder = Path(folder)
     if not all((folder / name).exists() for name in FILES):
         folder = Path(tempfile.mkdtemp(prefix="demo_world_"))
         write_world(folder)
         print(f"data: a generated demo world ({folder}); put the assignment's files in data/ to use them")
     else:
         print(f"data: {folder}")
+    return folder
+
+
+def load_data(folder):
+    """The four data files' texts (data_folder)."""
+    folder = data_folder(folder)
     return {name: (folder / name).read_text(encoding="utf-8") for name in FILES}
+
+
+def timed_process(argv):
+    """Seconds that `python src/run.py argv` takes from start to exit (SystemExit if it fails)."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "run.py"), *argv], capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"run.py {' '.join(argv)} failed:\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def compare_processes(variant, args):
+    """
+    Rows of (what, straightforward, fast, unit, lower is better) for whole run.py processes:
+    one epoch of pretraining, one of finetuning from its params, and answering the dev
+    questions, with --full_padding --sequential_decoding (the course's loops) and without.
+    """
+    folder, work = data_folder(args.data), Path(tempfile.mkdtemp(prefix="benchmark_"))
+    corpus = [variant, str(folder / "wiki.txt"), "--device", args.device, "--seed", "0"]
+    seconds = {}
+    for fast in (False, True):
+        ways = [] if fast else ["--full_padding", "--sequential_decoding"]
+        pretrained, finetuned = str(work / f"pre{fast}.params"), str(work / f"fine{fast}.params")
+        pretrain = ["pretrain", *corpus, "--writing_params_path", pretrained, "--max_epochs", "1"]
+        seconds[fast, "pretrain"] = timed_process([*pretrain, *ways])
+        finetune = ["finetune", *corpus, "--reading_params_path", pretrained, "--writing_params_path", finetuned]
+        questions = str(folder / "birth_places_train.tsv")
+        seconds[fast, "finetune"] = timed_process(
+            [*finetune, "--finetune_corpus_path", questions, "--max_epochs", "1", *ways]
+        )
+    for fast in (False, True):  # both decoders answer with the same params
+        ways = [] if fast else ["--sequential_decoding"]
+        evaluate = ["evaluate", *corpus, "--reading_params_path", str(work / "fineTrue.params")]
+        outputs = [
+            "--eval_corpus_path",
+            str(folder / "birth_dev.tsv"),
+            "--outputs_path",
+            str(work / f"{fast}.predictions"),
+        ]
+        seconds[fast, "evaluate"] = timed_process([*evaluate, *outputs, *ways])
+    if (work / "False.predictions").read_text() != (work / "True.predictions").read_text():
+        raise SystemExit(f"{variant}: batched decoding answered differently from one-at-a-time decoding")
+    shutil.rmtree(work)
+    return [
+        ("pretraining epoch, whole process", seconds[False, "pretrain"], seconds[True, "pretrain"], "s", True),
+        ("finetuning epoch, whole process", seconds[False, "finetune"], seconds[True, "finetune"], "s", True),
+        (
+            "evaluating the dev questions, whole process",
+            seconds[False, "evaluate"],
+            seconds[True, "evaluate"],
+            "s",
+            True,
+        ),
+    ]
 
 
 def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device):
@@ -207,16 +279,28 @@ def main(argv=None):
         help="the fast pretraining also groups examples by length, as run.py --group_by_length does",
     )
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
+    parser.add_argument(
+        "--data",
+        default=str(DATA_DIR),
+        help="folder of the four data files (default data/; a generated demo world where they are missing)",
+    )
+    parser.add_argument(
+        "--whole_process",
+        action="store_true",
+        help="compare whole run.py processes (start-up, imports and data included) instead: one pretraining epoch, "
+        "one finetuning epoch, the dev questions; with --full_padding --sequential_decoding and without",
+    )
     args = parser.parse_args(argv)
     args.device = str(pick_device(args.device))
     print(f"device: {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
 
     if not args.skip_comparison:
-        files = load_data()
+        files = None if args.whole_process else load_data(args.data)
         print("\n| variant | measure | straightforward | fast | ratio |")
         print("| --- | --- | --- | --- | --- |")
         for variant in args.variants:
-            for what, slow, fast, unit, lower_is_better in compare_variant(variant, files, args):
+            rows = compare_processes(variant, args) if args.whole_process else compare_variant(variant, files, args)
+            for what, slow, fast, unit, lower_is_better in rows:
                 ratio = slow / fast if lower_is_better else fast / slow
                 print(f"| {variant} | {what} | {slow:.3g}{unit} | {fast:.3g}{unit} | {ratio:.1f}x |", flush=True)
 

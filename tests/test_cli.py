@@ -218,6 +218,32 @@ def test_benchmark_sweep_runs(tmp_path):
     assert [row.split("|")[2].strip() for row in rows] == ["vanilla", "perceiver"]
 
 
+@pytest.mark.slow
+def test_benchmark_compares_whole_processes(tiny_world, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, ours in [("wiki.txt", "wiki.txt"), ("birth_places_train.tsv", "train.tsv"), ("birth_dev.tsv", "dev.tsv")]:
+        shutil.copy(tiny_world[ours], data / name)
+    shutil.copy(tiny_world["test.tsv"], data / "birth_test_inputs.tsv")
+    argv = ["--whole_process", "--data", data, "--sweep", "--variants", "vanilla", "--device", "cpu"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "benchmark.py"), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| vanilla |")]
+    assert [row[1].strip() for row in rows] == [
+        "pretraining epoch, whole process",
+        "finetuning epoch, whole process",
+        "evaluating the dev questions, whole process",
+    ]
+    for _, _, slow, fast, ratio in rows:
+        assert float(slow.strip()[:-1]) / float(fast.strip()[:-1]) == pytest.approx(float(ratio.strip()[:-1]), rel=0.1)
+
+
 def test_recipes_fill_in_the_settings_and_flags_win():
     parser = run.build_parser()
     handout = run.recipe_of(parser.parse_args(["pretrain", "vanilla", "w.txt"]))
