@@ -217,7 +217,7 @@ def build_parser():
         type=positive_int,
         metavar="N",
         help="also save the params every N epochs as <writing_params_path>.epoch<E>, their facts holding the epochs "
-        "and the training seconds so far (for learning curves: src/learning_curve.py)",
+        "and this process's training seconds so far (for learning curves: src/learning_curve.py)",
     )
     c = p.add_argument_group("checkpoints (pretrain, finetune)")
     c.add_argument(
