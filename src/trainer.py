@@ -25,7 +25,8 @@ same gradient; with dropout, the same in distribution); AdamW is the fused kerne
 on CUDA and the CPU; on CUDA the loss is read back only every log_every steps.
 Not exact, so off by default: batches drawn from pools of examples grouped by length
 (bucket_pool > 1), which changes which examples share a step; bf16 or fp16 autocast
-and TF32 matmuls (precision).
+and TF32 matmuls (precision); an epoch's span corruptions drawn at once by the dataset's
+corrupt_all (corrupt_by_epoch: the same distribution, other draws).
 
 A step whose loss is not finite stops training (TrainingDiverged, naming the step and
 its learning rate) at the next point where the loss is read back anyway (every
