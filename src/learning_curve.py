@@ -115,7 +115,7 @@ def main(argv=None):
         recalled, probed = recall(args.variant, corpus, snapshot, pairs, device)
         answered, questions = accuracy(args, snapshot, epochs)
         minutes = read_facts(snapshot)["training_seconds"] / 60
-        rows.append(dict(zip(COLUMNS, [epochs, round(minutes, 2), recalled, probed, answered, questions])))
+        rows.append(dict(zip(COLUMNS, [epochs, round(minutes, 3), recalled, probed, answered, questions])))
         print(
             f"epoch {epochs} ({minutes:.1f} min): recalls {recalled} of {probed} ({recalled / max(1, probed):.1%}), "
             f"answers {answered} of {questions} ({answered / max(1, questions):.1%})",

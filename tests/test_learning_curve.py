@@ -42,9 +42,8 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     snapshot = str(out / "pretrain.params.epoch2")
     final = torch.load(out / "pretrain.params", weights_only=True)
     assert all(torch.equal(t, final[k]) for k, t in torch.load(snapshot, weights_only=True).items())
-    assert read_facts(snapshot)["epochs"] == 2 and read_facts(snapshot)["training_seconds"] == pytest.approx(
-        60 * minutes[1], abs=0.1
-    )
+    facts = read_facts(snapshot)
+    assert facts["epochs"] == 2 and facts["training_seconds"] == pytest.approx(60 * minutes[1], abs=0.1)
     # the accuracy is that of the predictions left beside the curve
     places = [line.split("\t")[1] for line in open(tiny_world["dev.tsv"], encoding="utf-8").read().splitlines()]
     for row in rows:
