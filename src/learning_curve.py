@@ -23,10 +23,8 @@ import re
 import sys
 from pathlib import Path
 
-import torch
-
 import run
-from checkpoint import read_facts
+from checkpoint import load_fitting_params, read_facts
 from config import BLOCK_SIZE, RECIPES
 from dataset import CharCorruptionDataset, read_question_file
 from decoding import birthplace_recall
@@ -49,13 +47,13 @@ def snapshots(params_path):
     return sorted(found)
 
 
-def recall(variant, corpus, snapshot, pairs, device):
+def recall(args, corpus, snapshot, pairs, device):
     """(recalled, probed): held-out birthplaces the snapshot completes from their biographies in `corpus`."""
     facts = read_facts(snapshot)
     sizes = {key: facts[key] for key in ("n_layer", "n_head", "n_embd", "bottleneck_dim") if key in facts}
-    model = GPT(variant_config(variant, corpus.vocab_size, BLOCK_SIZE, **sizes)).to(device)
-    model.load_state_dict(torch.load(snapshot, map_location=device, weights_only=True))
-    return birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, device)
+    model = GPT(variant_config(args.variant, corpus.vocab_size, BLOCK_SIZE, **sizes))
+    load_fitting_params(model, snapshot, args.variant, args.pretrain_corpus_path, "evaluate")
+    return birthplace_recall(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device)
 
 
 def accuracy(args, snapshot, epochs):
@@ -112,7 +110,7 @@ def main(argv=None):
     device = pick_device("auto")
     rows = []
     for epochs, snapshot in snapshots(params):
-        recalled, probed = recall(args.variant, corpus, snapshot, pairs, device)
+        recalled, probed = recall(args, corpus, snapshot, pairs, device)
         answered, questions = accuracy(args, snapshot, epochs)
         minutes = read_facts(snapshot)["training_seconds"] / 60
         rows.append(dict(zip(COLUMNS, [epochs, round(minutes, 3), recalled, probed, answered, questions])))
