@@ -31,7 +31,6 @@ from decoding import birthplace_recall
 from distributed import pick_device
 from files import atomic_write, resolve_data_path
 from model import GPT, VARIANTS, variant_config
-from utils import evaluate_places
 
 COLUMNS = ["epochs", "training_minutes", "recalled", "probed", "answered", "questions"]
 
@@ -56,8 +55,8 @@ def recall(args, corpus, snapshot, pairs, device):
     return birthplace_recall(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device)
 
 
-def accuracy(args, snapshot, epochs):
-    """(answered, questions): held-out questions answered after finetuning a copy of the snapshot."""
+def accuracy(args, snapshot, epochs, pairs):
+    """(answered, questions): held-out (question, place) pairs answered after finetuning a copy of the snapshot."""
     finetuned = os.path.join(args.out, f"finetune.epoch{epochs}.params")
     predictions = os.path.join(args.out, f"finetune.epoch{epochs}.predictions")
     common = [args.variant, args.pretrain_corpus_path, "--recipe", args.recipe]
@@ -71,8 +70,7 @@ def accuracy(args, snapshot, epochs):
         answers = f.read().split("\n")[:-1]
     for leftover in (finetuned, finetuned + ".json"):
         os.remove(leftover)  # a finetuned copy per snapshot would fill the disk; its predictions stay
-    questions, answered = evaluate_places(args.eval_corpus_path, answers)
-    return answered, questions
+    return sum(answer == place for answer, (_, place) in zip(answers, pairs)), len(pairs)
 
 
 def main(argv=None):
@@ -111,7 +109,7 @@ def main(argv=None):
     rows = []
     for epochs, snapshot in snapshots(params):
         recalled, probed = recall(args, corpus, snapshot, pairs, device)
-        answered, questions = accuracy(args, snapshot, epochs)
+        answered, questions = accuracy(args, snapshot, epochs, pairs)
         minutes = read_facts(snapshot)["training_seconds"] / 60
         rows.append(dict(zip(COLUMNS, [epochs, round(minutes, 3), recalled, probed, answered, questions])))
         print(

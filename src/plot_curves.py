@@ -13,6 +13,8 @@ import csv
 import os
 import sys
 
+from files import atomic_write
+
 
 def read_curve(path):
     """[(minutes, recall %, accuracy %)] of a curve.csv, by minutes."""
@@ -67,10 +69,7 @@ def main(argv=None):
     if args.title:
         figure.suptitle(args.title)
     figure.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    temporary = f"{args.out}.tmp.png"
-    figure.savefig(temporary, dpi=120)
-    os.replace(temporary, args.out)
+    atomic_write(args.out, lambda f: figure.savefig(f, format="png", dpi=120))
     return 0
 
 
