@@ -39,6 +39,8 @@ class RunIdentity:
     precision: str
     mix_corpus_path: Optional[str] = None
     corrupt_by_epoch: bool = False
+    weight_decay: Optional[float] = None  # --weight_decay and --decay_epochs, where given (else the recipe's)
+    decay_epochs: Optional[int] = None
 
     def as_dict(self):
         """As the checkpoint stores it: the fields with defaults only when set, so that older checkpoints resume."""

@@ -86,6 +86,13 @@ def positive_float(text):
     return value
 
 
+def non_negative_float(text):
+    value = float(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text}")
+    return value
+
+
 def probability(text):
     value = float(text)
     if not 0 <= value < 1:
@@ -171,6 +178,16 @@ def build_parser():
     )
     g.add_argument("--batch_size", type=positive_int, help="batch size (pretrain 128, finetune 256)")
     g.add_argument("--dropout", type=probability, help="dropout of embeddings, attention and residuals (default 0.1)")
+    g.add_argument(
+        "--weight_decay", type=non_negative_float, help="AdamW's weight decay (default 0.1, or the recipe's)"
+    )
+    g.add_argument(
+        "--decay_epochs",
+        type=positive_int,
+        metavar="N",
+        help="the cosine's half period in epochs of the pretraining corpus, in finetuning too "
+        "(default 200, or the recipe's; to decay over a shorter run, give its --max_epochs)",
+    )
     g.add_argument(
         "--n_layer",
         type=positive_int,
@@ -397,7 +414,8 @@ def build_model(args, sizes, pretrain_dataset, dropout):
 
 def recipe_of(args):
     """The --recipe's settings, with the learning rates, dropout and length grouping of the command line put in."""
-    flags = {key: getattr(args, key) for key in ("pretrain_lr", "finetune_lr", "dropout", "group_by_length")}
+    overrides = ("pretrain_lr", "finetune_lr", "dropout", "weight_decay", "decay_epochs", "group_by_length")
+    flags = {key: getattr(args, key) for key in overrides}
     return dataclasses.replace(RECIPES[args.recipe], **{key: v for key, v in flags.items() if v is not None})
 
 
@@ -533,6 +551,8 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
             precision=args.precision,
             mix_corpus_path=args.mix_corpus_path,
             corrupt_by_epoch=args.corrupt_by_epoch,
+            weight_decay=args.weight_decay,
+            decay_epochs=args.decay_epochs,
         ).as_dict(),
     )
     exists = os.path.exists(checkpoint_path)

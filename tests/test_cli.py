@@ -258,7 +258,7 @@ def test_recipes_fill_in_the_settings_and_flags_win():
     assert overridden == dataclasses.replace(cpu, pretrain_lr=5e-4, dropout=0.2)
 
 
-def test_a_recipe_sets_the_model_size_and_length_grouping_and_flags_win(tiny_world, tmp_path, monkeypatch):
+def test_a_recipe_sets_the_model_size_length_grouping_and_optimisation_and_flags_win(tiny_world, tmp_path, monkeypatch):
     recipe = dataclasses.replace(HANDOUT, n_layer=2, n_head=2, n_embd=24, group_by_length=True, weight_decay=0.0)
     monkeypatch.setitem(RECIPES, "narrow", recipe)
     common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--recipe", "narrow", "--max_epochs", 1, *CPU_FLAGS]
@@ -268,10 +268,15 @@ def test_a_recipe_sets_the_model_size_and_length_grouping_and_flags_win(tiny_wor
     checkpoint = torch.load(tmp_path / "a.params.ckpt", weights_only=True)
     assert checkpoint["run_identity"]["group_by_length"] is True
     assert [group["weight_decay"] for group in checkpoint["optimizer"]["param_groups"]] == [0.0, 0.0]
-    flags = ["--n_embd", 16, "--no-group_by_length", "--keep_checkpoint"]
+    assert checkpoint["optimizer"]["param_groups"][0]["lr"] > 0.9 * recipe.pretrain_lr  # a 200-epoch half period
+    flags = ["--n_embd", 16, "--no-group_by_length", "--weight_decay", 0.05, "--decay_epochs", 1, "--keep_checkpoint"]
     assert main(*common, "--writing_params_path", tmp_path / "b.params", *flags) == 0
     assert read_facts(str(tmp_path / "b.params"))["n_embd"] == 16
-    assert torch.load(tmp_path / "b.params.ckpt", weights_only=True)["run_identity"]["group_by_length"] is False
+    checkpoint = torch.load(tmp_path / "b.params.ckpt", weights_only=True)
+    assert checkpoint["run_identity"]["group_by_length"] is False
+    assert [group["weight_decay"] for group in checkpoint["optimizer"]["param_groups"]] == [0.05, 0.0]
+    assert checkpoint["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.1 * recipe.pretrain_lr)  # on the floor
+    assert (checkpoint["run_identity"]["weight_decay"], checkpoint["run_identity"]["decay_epochs"]) == (0.05, 1)
 
 
 @pytest.mark.parametrize("corrupt_by_epoch", [False, True])

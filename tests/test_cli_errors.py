@@ -400,6 +400,14 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
             "must be a positive finite number, got nan",
         ),
         (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--weight_decay", "-0.1"],
+            "must be a finite number of at least 0, got -0.1",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--decay_epochs", "0"],
+            "must be a positive integer, got 0",
+        ),
+        (
             ["pretrain", "perceiver", "WIKI", "--writing_params_path", "x", "--bottleneck_dim", "256"],
             "--bottleneck_dim 256 is more than the block size 128",
         ),
