@@ -20,6 +20,15 @@ attention grows with L^2, the perceiver's inner blocks with m^2 and its projecti
 with L*m. Data: data/ (or --data) when it holds the assignment's files, else a generated
 demo world.
 
+The pretraining rows include its pace as the handout's pretraining sees it: steps/s,
+tokens/s (batch x 127 positions a step), the model's FLOPs per second (a full step's
+forward and backward, counted once with torch.utils.flop_counter) and, on a GPU whose
+peak this file knows (or with --peak_tflops), the model FLOPs utilisation; and the
+projected time of the handout's 650 epochs. --epochs N trains N epochs each way and
+keeps the fastest (the first pays for warm-up). --handout_pretraining also times the
+whole handout pretraining, one run.py process with the defaults (minutes on a fast GPU,
+hours on a CPU).
+
 With --whole_process it compares whole run.py processes instead, as a user meets them
 (interpreter start-up, imports, reading the data and the params included): one epoch of
 pretraining, one of finetuning from its params, and answering the dev questions, once
@@ -27,6 +36,8 @@ with --full_padding --sequential_decoding (the course's loops) and once with the
 """
 
 import argparse
+import copy
+import math
 import multiprocessing
 import shutil
 import subprocess
@@ -36,9 +47,10 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from config import BLOCK_SIZE, HANDOUT, LENGTH_GROUPING_POOL, MODEL
-from dataset import CharCorruptionDataset, NameDataset, read_questions
+from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
 from decoding import predict_places
 from distributed import pick_device
 from files import DATA_DIR
@@ -49,6 +61,9 @@ from world import FILES, write_world
 
 PERCEIVER_BOTTLENECK = 64  # the handout's perceiver runs
 SWEEP_STEPS = 3
+# Dense peak TFLOP/s without tensor cores (fp32, the handout's precision), from the vendors' data sheets,
+# by a part of torch.cuda.get_device_name(); the first match wins.
+PEAK_FP32_TFLOPS = {"H100 PCIe": 51.0, "H100": 67.0, "H200": 67.0, "A100": 19.5, "L4": 30.3, "T4": 8.1}
 
 
 def model_config(variant, vocab_size, block_size):
@@ -131,10 +146,11 @@ def compare_processes(variant, args):
     ]
 
 
-def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device):
-    """One epoch with run.py's settings: (seconds, trainer)."""
+def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device, epochs=1):
+    """`epochs` epochs with run.py's settings: (seconds of the fastest epoch, steps per epoch, trainer)."""
+    ends = []
     config = TrainerConfig(
-        max_epochs=1,
+        max_epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
         lr_decay=True,
@@ -143,13 +159,34 @@ def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_
         skip_padding=skip_padding,
         bucket_pool=bucket_pool,
         device=device,
+        epoch_end=lambda epochs_done: (sync(device), ends.append(time.perf_counter())),
     )
     trainer = Trainer(model, dataset, None, config)
     sync(trainer.device)
-    start = time.perf_counter()
+    ends.append(time.perf_counter())
     trainer.train()
-    sync(trainer.device)
-    return time.perf_counter() - start, trainer
+    fastest = min(end - start for start, end in zip(ends, ends[1:]))
+    return fastest, trainer.step // epochs, trainer
+
+
+def training_flops_per_row(model):
+    """Model FLOPs of training on one row of block_size-1 tokens, forward and backward (torch.utils.flop_counter)."""
+    counted = copy.deepcopy(model).cpu().train()
+    x = torch.randint(2, counted.config.vocab_size, (1, counted.get_block_size() - 1))
+    with FlopCounterMode(display=False) as counter:
+        _, loss = counted(x, x)
+        loss.backward()
+    return counter.get_total_flops()
+
+
+def peak_flops(args):
+    """The device's peak FLOP/s for fp32 (--peak_tflops, else PEAK_FP32_TFLOPS by the CUDA device's name), or None."""
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12
+    if torch.device(args.device).type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(torch.device(args.device))
+    return next((tflops * 1e12 for part, tflops in PEAK_FP32_TFLOPS.items() if part in name), None)
 
 
 def sync(device):
@@ -161,18 +198,23 @@ def compare_variant(variant, files, args):
     """Rows of (what, straightforward, fast, unit) for one variant."""
     pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
     names = NameDataset(pretrain, files["birth_places_train.tsv"])
-    questions = [question for _, question, _ in read_questions(files["birth_dev.tsv"])][: args.eval_questions]
+    rows = read_questions(files["birth_dev.tsv"])[: args.eval_questions]
+    questions = [known_characters(question, pretrain.stoi)[0] for _, question, _ in rows]  # as run.py evaluate
     results = {}
+    batch_size = HANDOUT.pretrain_batch_size
     for fast in (False, True):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
+        row_flops = training_flops_per_row(model)
         pool = LENGTH_GROUPING_POOL if args.group_by_length else 1
-        seconds, trainer = timed_training(
-            model, pretrain, HANDOUT.pretrain_batch_size, pool, HANDOUT.pretrain_lr, fast, args.device
+        seconds, steps, trainer = timed_training(
+            model, pretrain, batch_size, pool, HANDOUT.pretrain_lr, fast, args.device, args.epochs
         )
-        results[fast, "step"] = seconds / trainer.step
-        results[fast, "tokens"] = trainer.useful_tokens / seconds
-        results[fast, "finetune"], trainer = timed_training(
+        results[fast, "steps"] = steps / seconds
+        results[fast, "tokens"] = len(pretrain) * (BLOCK_SIZE - 1) / seconds  # every row at its full length
+        results[fast, "flops"] = len(pretrain) * row_flops / seconds
+        results[fast, "handout"] = seconds * HANDOUT.pretrain_epochs
+        results[fast, "finetune"], _, trainer = timed_training(
             model, names, HANDOUT.finetune_batch_size, 1, HANDOUT.finetune_lr, fast, args.device
         )
     answers = {}
@@ -185,18 +227,38 @@ def compare_variant(variant, files, args):
         results[fast, "eval"] = len(questions) / (time.perf_counter() - start)
     if answers[False] != answers[True]:
         raise SystemExit(f"{variant}: batched decoding answered differently from one-at-a-time decoding")
-    return [
-        ("pretraining step", results[False, "step"], results[True, "step"], "s", True),
-        ("pretraining useful tokens/s", results[False, "tokens"], results[True, "tokens"], "", False),
-        ("finetuning epoch", results[False, "finetune"], results[True, "finetune"], "s", True),
-        (
-            f"evaluation questions/s ({len(questions)}, identical answers)",
-            results[False, "eval"],
-            results[True, "eval"],
-            "",
-            False,
-        ),
+
+    def both(key, scale=1.0):
+        return results[False, key] * scale, results[True, key] * scale
+
+    epochs, peak = HANDOUT.pretrain_epochs, peak_flops(args)
+    rows = [
+        ("pretraining steps/s", *both("steps"), "", False),
+        (f"pretraining tokens/s ({BLOCK_SIZE - 1} a row)", *both("tokens"), "", False),
+        ("pretraining model FLOP/s", *both("flops"), "", False),
     ]
+    if peak:
+        rows.append(("pretraining MFU (fp32 peak)", *both("flops", 100 / peak), "%", False))
+    rows.append((f"handout pretraining ({epochs} epochs), projected", *both("handout"), "s", True))
+    if args.handout_pretraining:
+        measured = handout_pretraining(variant, args)
+        rows.append((f"handout pretraining ({epochs} epochs), whole process", math.nan, measured, "s", True))
+    return rows + [
+        ("finetuning epoch", *both("finetune"), "s", True),
+        (f"evaluation questions/s ({len(questions)}, identical answers)", *both("eval"), "", False),
+    ]
+
+
+def handout_pretraining(variant, args):
+    """Seconds of one whole `run.py pretrain` process with the handout's defaults (the perceiver's bottleneck 64)."""
+    work = Path(tempfile.mkdtemp(prefix="benchmark_"))
+    flags = ["--bottleneck_dim", str(PERCEIVER_BOTTLENECK)] if variant == "perceiver" else []
+    corpus = str(data_folder(args.data) / "wiki.txt")
+    seconds = timed_process(
+        ["pretrain", variant, corpus, *flags, "--device", args.device, "--writing_params_path", str(work / "p.params")]
+    )
+    shutil.rmtree(work)
+    return seconds
 
 
 def measure_step(variant, block_size, batch_size, device, queue):
@@ -280,6 +342,15 @@ def main(argv=None):
     )
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
     parser.add_argument(
+        "--epochs", type=int, default=1, help="pretraining epochs each way; the fastest is reported (default 1)"
+    )
+    parser.add_argument("--peak_tflops", type=float, help="the device's peak fp32 TFLOP/s, for the MFU row")
+    parser.add_argument(
+        "--handout_pretraining",
+        action="store_true",
+        help="also time a whole handout pretraining (run.py pretrain with the defaults) of every variant",
+    )
+    parser.add_argument(
         "--data",
         default=str(DATA_DIR),
         help="folder of the four data files (default data/; a generated demo world where they are missing)",
@@ -302,7 +373,9 @@ def main(argv=None):
             rows = compare_processes(variant, args) if args.whole_process else compare_variant(variant, files, args)
             for what, slow, fast, unit, lower_is_better in rows:
                 ratio = slow / fast if lower_is_better else fast / slow
-                print(f"| {variant} | {what} | {slow:.3g}{unit} | {fast:.3g}{unit} | {ratio:.1f}x |", flush=True)
+                slow_text = "" if math.isnan(slow) else f"{slow:.3g}{unit}"
+                ratio_text = "" if math.isnan(ratio) else f"{ratio:.1f}x"
+                print(f"| {variant} | {what} | {slow_text} | {fast:.3g}{unit} | {ratio_text} |", flush=True)
 
     if args.sweep:
         print(

@@ -218,13 +218,55 @@ def test_benchmark_sweep_runs(tmp_path):
     assert [row.split("|")[2].strip() for row in rows] == ["vanilla", "perceiver"]
 
 
+def benchmark_data(tiny_world, folder):
+    """The tiny world under the assignment's file names, for benchmark.py --data."""
+    folder.mkdir()
+    for name, ours in [("wiki.txt", "wiki.txt"), ("birth_places_train.tsv", "train.tsv"), ("birth_dev.tsv", "dev.tsv")]:
+        shutil.copy(tiny_world[ours], folder / name)
+    shutil.copy(tiny_world["test.tsv"], folder / "birth_test_inputs.tsv")
+    return folder
+
+
+@pytest.mark.slow
+def test_benchmark_reports_the_pace_of_the_handout_pretraining(tiny_world, tmp_path):
+    data = benchmark_data(tiny_world, tmp_path / "data")
+    argv = ["--data", data, "--sweep", "--variants", "vanilla", "--device", "cpu", "--peak_tflops", "1", "--epochs", 2]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "benchmark.py"), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {
+        row[1].strip(): [cell.strip() for cell in row[2:]]
+        for row in (line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| vanilla |"))
+    }
+    steps, tokens, flops, mfu, projected = (
+        rows[name]
+        for name in [
+            "pretraining steps/s",
+            "pretraining tokens/s (127 a row)",
+            "pretraining model FLOP/s",
+            "pretraining MFU (fp32 peak)",
+            "handout pretraining (650 epochs), projected",
+        ]
+    )
+    people = len(open(tiny_world["wiki.txt"], encoding="utf-8").read().splitlines())
+    for way in (0, 1):  # the straightforward way, then the fast way
+        # one step an epoch (fewer people than a batch): tokens, FLOPs and the projection follow from the steps/s
+        assert float(tokens[way]) == pytest.approx(people * 127 * float(steps[way]), rel=0.01)
+        assert float(projected[way][:-1]) == pytest.approx(650 / float(steps[way]), rel=0.01)
+        # the handout's model: about 6 FLOPs per parameter and token, forward and backward (20.8M a token measured)
+        assert float(flops[way]) / float(tokens[way]) == pytest.approx(20.8e6, rel=0.02)
+        assert float(mfu[way][:-1]) == pytest.approx(100 * float(flops[way]) / 1e12, rel=0.01)
+    assert float(steps[1]) / float(steps[0]) == pytest.approx(float(steps[2][:-1]), rel=0.1)
+
+
 @pytest.mark.slow
 def test_benchmark_compares_whole_processes(tiny_world, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    for name, ours in [("wiki.txt", "wiki.txt"), ("birth_places_train.tsv", "train.tsv"), ("birth_dev.tsv", "dev.tsv")]:
-        shutil.copy(tiny_world[ours], data / name)
-    shutil.copy(tiny_world["test.tsv"], data / "birth_test_inputs.tsv")
+    data = benchmark_data(tiny_world, tmp_path / "data")
     argv = ["--whole_process", "--data", data, "--sweep", "--variants", "vanilla", "--device", "cpu"]
     done = subprocess.run(
         [sys.executable, str(ROOT / "src" / "benchmark.py"), *map(str, argv)],
