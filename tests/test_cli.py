@@ -227,21 +227,25 @@ def benchmark_data(tiny_world, folder):
     return folder
 
 
-@pytest.mark.slow
-def test_benchmark_reports_the_pace_of_the_handout_pretraining(tiny_world, tmp_path):
-    data = benchmark_data(tiny_world, tmp_path / "data")
-    argv = ["--data", data, "--sweep", "--variants", "vanilla", "--device", "cpu", "--peak_tflops", "1", "--epochs", 2]
+def benchmark_rows(tiny_world, tmp_path, *flags):
+    """benchmark.py's vanilla rows on the tiny world, without the sweep: [(measure, straightforward, fast, ratio)]."""
+    argv = ["--data", benchmark_data(tiny_world, tmp_path / "data"), "--sweep", "--variants", "vanilla", *flags]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "src" / "benchmark.py"), *map(str, argv)],
+        [sys.executable, str(ROOT / "src" / "benchmark.py"), *map(str, argv), "--device", "cpu"],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.split("|")[2:-1] for line in done.stdout.splitlines() if line.startswith("| vanilla |")]
+    return [tuple(cell.strip() for cell in cells) for cells in lines]
+
+
+@pytest.mark.slow
+def test_benchmark_reports_the_pace_of_the_handout_pretraining(tiny_world, tmp_path):
     rows = {
-        row[1].strip(): [cell.strip() for cell in row[2:]]
-        for row in (line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| vanilla |"))
+        measure: cells for measure, *cells in benchmark_rows(tiny_world, tmp_path, "--peak_tflops", 1, "--epochs", 2)
     }
     steps, tokens, flops, mfu, projected = (
         rows[name]
@@ -266,24 +270,14 @@ def test_benchmark_reports_the_pace_of_the_handout_pretraining(tiny_world, tmp_p
 
 @pytest.mark.slow
 def test_benchmark_compares_whole_processes(tiny_world, tmp_path):
-    data = benchmark_data(tiny_world, tmp_path / "data")
-    argv = ["--whole_process", "--data", data, "--sweep", "--variants", "vanilla", "--device", "cpu"]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "src" / "benchmark.py"), *map(str, argv)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| vanilla |")]
-    assert [row[1].strip() for row in rows] == [
+    rows = benchmark_rows(tiny_world, tmp_path, "--whole_process")
+    assert [row[0] for row in rows] == [
         "pretraining epoch, whole process",
         "finetuning epoch, whole process",
         "evaluating the dev questions, whole process",
     ]
-    for _, _, slow, fast, ratio in rows:
-        assert float(slow.strip()[:-1]) / float(fast.strip()[:-1]) == pytest.approx(float(ratio.strip()[:-1]), rel=0.1)
+    for _, slow, fast, ratio in rows:
+        assert float(slow[:-1]) / float(fast[:-1]) == pytest.approx(float(ratio[:-1]), rel=0.1)
 
 
 def test_recipes_fill_in_the_settings_and_flags_win():
