@@ -2,7 +2,8 @@
 Draw learning curves written by src/learning_curve.py: recall and held-out accuracy
 against pretraining minutes, one line each per curve.
 
-    python src/plot_curves.py curves/vanilla/curve.csv curves/perceiver/curve.csv --out docs/cpu_curve.png
+    python src/plot_curves.py curves/vanilla/curve.csv curves/perceiver/curve.csv --out docs/cpu_curve.png \
+        [--baseline 6.25 --baseline_label "most frequent place"]
 
 A curve is labelled with its folder's name unless --labels names them. Needs matplotlib
 (in requirements-dev.txt).
@@ -36,6 +37,13 @@ def main(argv=None):
     parser.add_argument("curves", nargs="+", help="curve.csv files of src/learning_curve.py")
     parser.add_argument("--labels", nargs="+", help="one label per curve (default: the folder's name)")
     parser.add_argument("--title", default="")
+    parser.add_argument(
+        "--baseline",
+        type=float,
+        metavar="PERCENT",
+        help="a reference accuracy drawn across the accuracy panel (e.g. the most frequent place's)",
+    )
+    parser.add_argument("--baseline_label", default="baseline", help="its label in the legend")
     parser.add_argument("--out", required=True, help="the PNG to write")
     args = parser.parse_args(argv)
     labels = args.labels or [os.path.basename(os.path.dirname(os.path.abspath(path))) for path in args.curves]
@@ -58,6 +66,8 @@ def main(argv=None):
         minutes, recalls, accuracies = zip(*points) if points else ((), (), ())
         recall_axes.plot(minutes, recalls, marker="o", label=label)
         accuracy_axes.plot(minutes, accuracies, marker="o", label=label)
+    if args.baseline is not None:
+        accuracy_axes.axhline(args.baseline, color="gray", linestyle="--", label=args.baseline_label)
     recall_axes.set_title("birthplaces recalled from the biographies")
     accuracy_axes.set_title("held-out questions answered after finetuning")
     for axes in (recall_axes, accuracy_axes):

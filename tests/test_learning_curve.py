@@ -59,3 +59,7 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     picture = tmp_path / "docs" / "curve.png"
     assert plot_curves.main([str(out / "curve.csv"), "--out", str(picture), "--title", "tiny"]) == 0
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with_baseline = tmp_path / "docs" / "baseline.png"
+    flags = ["--title", "tiny", "--baseline", "10", "--baseline_label", "most frequent place"]
+    assert plot_curves.main([str(out / "curve.csv"), "--out", str(with_baseline), *flags]) == 0
+    assert with_baseline.read_bytes() != picture.read_bytes()  # the reference line is drawn
