@@ -21,8 +21,8 @@ with L*m. Data: data/ (or --data) when it holds the assignment's files, else a g
 demo world.
 
 The pretraining rows include its pace as the handout's pretraining sees it: steps/s,
-tokens/s (batch x 127 positions a step), the model's FLOPs per second (a full step's
-forward and backward, counted once with torch.utils.flop_counter) and, on a GPU whose
+tokens/s (127 positions a row), the model's FLOPs per second (a full row's forward and
+backward, counted once with torch.utils.flop_counter) and, on a GPU whose
 peak this file knows (or with --peak_tflops), the model FLOPs utilisation; and the
 projected time of the handout's 650 epochs. --epochs N trains N epochs each way and
 keeps the fastest (the first pays for warm-up). --handout_pretraining also times the
@@ -201,14 +201,13 @@ def compare_variant(variant, files, args):
     rows = read_questions(files["birth_dev.tsv"])[: args.eval_questions]
     questions = [known_characters(question, pretrain.stoi)[0] for _, question, _ in rows]  # as run.py evaluate
     results = {}
-    batch_size = HANDOUT.pretrain_batch_size
     for fast in (False, True):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
         row_flops = training_flops_per_row(model)
         pool = LENGTH_GROUPING_POOL if args.group_by_length else 1
         seconds, steps, trainer = timed_training(
-            model, pretrain, batch_size, pool, HANDOUT.pretrain_lr, fast, args.device, args.epochs
+            model, pretrain, HANDOUT.pretrain_batch_size, pool, HANDOUT.pretrain_lr, fast, args.device, args.epochs
         )
         results[fast, "steps"] = steps / seconds
         results[fast, "tokens"] = len(pretrain) * (BLOCK_SIZE - 1) / seconds  # every row at its full length
