@@ -84,8 +84,7 @@ def data_folder(folder=DATA_DIR):
 
 
 def load_data(folder):
-    """The four data files' texts (data_folder)."""
-    folder = data_folder(folder)
+    """The four data files' texts from `folder` (as data_folder returned it)."""
     return {name: (folder / name).read_text(encoding="utf-8") for name in FILES}
 
 
@@ -107,7 +106,7 @@ def compare_processes(variant, args):
     one epoch of pretraining, one of finetuning from its params, and answering the dev
     questions, with --full_padding --sequential_decoding (the course's loops) and without.
     """
-    folder, work = data_folder(args.data), Path(tempfile.mkdtemp(prefix="benchmark_"))
+    folder, work = args.data, Path(tempfile.mkdtemp(prefix="benchmark_"))
     corpus = [variant, str(folder / "wiki.txt"), "--device", args.device, "--seed", "0"]
     seconds = {}
     for fast in (False, True):
@@ -149,6 +148,11 @@ def compare_processes(variant, args):
 def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device, epochs=1):
     """`epochs` epochs with run.py's settings: (seconds of the fastest epoch, steps per epoch, trainer)."""
     ends = []
+
+    def epoch_end(epochs_done):
+        sync(device)
+        ends.append(time.perf_counter())
+
     config = TrainerConfig(
         max_epochs=epochs,
         batch_size=batch_size,
@@ -159,7 +163,7 @@ def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_
         skip_padding=skip_padding,
         bucket_pool=bucket_pool,
         device=device,
-        epoch_end=lambda epochs_done: (sync(device), ends.append(time.perf_counter())),
+        epoch_end=epoch_end,
     )
     trainer = Trainer(model, dataset, None, config)
     sync(trainer.device)
@@ -252,7 +256,7 @@ def handout_pretraining(variant, args):
     """Seconds of one whole `run.py pretrain` process with the handout's defaults (the perceiver's bottleneck 64)."""
     work = Path(tempfile.mkdtemp(prefix="benchmark_"))
     flags = ["--bottleneck_dim", str(PERCEIVER_BOTTLENECK)] if variant == "perceiver" else []
-    corpus = str(data_folder(args.data) / "wiki.txt")
+    corpus = str(args.data / "wiki.txt")
     seconds = timed_process(
         ["pretrain", variant, corpus, *flags, "--device", args.device, "--writing_params_path", str(work / "p.params")]
     )
@@ -365,6 +369,7 @@ def main(argv=None):
     print(f"device: {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
 
     if not args.skip_comparison:
+        args.data = data_folder(args.data)  # once: without the data, one demo world serves every measurement
         files = None if args.whole_process else load_data(args.data)
         print("\n| variant | measure | straightforward | fast | ratio |")
         print("| --- | --- | --- | --- | --- |")
