@@ -72,7 +72,7 @@ from files import atomic_write, short_reason
 
 logger = logging.getLogger(__name__)
 
-CPU_MICRO_BATCH = 64  # rows per forward pass on the CPU: enough for efficient matmuls, few enough to share a length
+CPU_MICRO_BATCH = 16  # rows per forward pass on the CPU: few enough to share a length, enough for efficient matmuls
 
 
 class TrainerConfig:
