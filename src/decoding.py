@@ -16,27 +16,35 @@ from utils import sample
 def greedy_decode_cached(model, x, steps, stop_id):
     """
     Greedy continuation of x (B, T) with a KVCache: the prefix is read once and every
-    step feeds only the new token. Stops early once every row has produced stop_id.
+    step feeds only the new token of the rows still going; a row that has produced
+    stop_id leaves the batch, and the rest of its output is stop_id.
     Returns the generated ids (B, <= steps). Needs T + steps - 1 <= block_size - 1,
     so that `sample` would never have slid its window; then the tokens are the same.
     """
     cache = KVCache()
     logits, _ = model(x, cache=cache)
-    generated, done = [], torch.zeros(x.size(0), dtype=torch.bool, device=x.device)
+    generated = torch.full((x.size(0), steps), stop_id, dtype=torch.long, device=x.device)
+    going = torch.arange(x.size(0), device=x.device)  # the rows still decoding, in cache order
     for step in range(steps):
         next_ids = logits[:, -1, :].argmax(dim=-1)
-        generated.append(next_ids)
-        done |= next_ids == stop_id
-        if step == steps - 1 or bool(done.all()):
+        generated[going, step] = next_ids
+        if step == steps - 1:
             break
+        unfinished = next_ids != stop_id
+        still_going = int(unfinished.sum())
+        if still_going == 0:
+            return generated[:, : step + 1]
+        if still_going < len(going):
+            going, next_ids = going[unfinished], next_ids[unfinished]
+            cache.keep_rows(unfinished.nonzero().squeeze(1))
         logits, _ = model(next_ids[:, None], cache=cache)
-    return torch.stack(generated, dim=1)
+    return generated
 
 
 def greedy_completions(model, prompts, stoi, itos, device, steps, stop_char=None, batch_size=256, sequential=False):
     """
-    Greedy continuations of text prompts, `steps` characters each (rows may stop
-    early once every row of their batch has written stop_char).
+    Greedy continuations of text prompts, `steps` characters each (with the cache, a
+    row that has written stop_char stops there; the rest of it is stop_char).
 
     Prompts of equal length are decoded together with a KV cache, which gives the
     characters of one-at-a-time `sample` calls (sequential=True) in a fraction of the time.

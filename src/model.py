@@ -67,6 +67,11 @@ class KVCache(dict):
         super().__init__()
         self.length = 0
 
+    def keep_rows(self, rows):
+        """Keep only these batch rows (a 1-D index tensor) of every cached (B, nh, T, hs) tensor."""
+        for module in list(self):
+            self[module] = tuple(t[rows] for t in self[module])
+
 
 def mlp(config):
     """The position-wise feed-forward network of every block: d -> 4d -> d."""

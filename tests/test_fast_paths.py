@@ -5,10 +5,10 @@ import torch
 
 from batching import length_buckets, real_lengths
 from dataset import CharCorruptionDataset, NameDataset
-from decoding import predict_places
+from decoding import greedy_decode_cached, predict_places
 from model import GPT, KVCache, variant_config
 from trainer import Trainer, TrainerConfig, autocast_dtype
-from utils import set_seed
+from utils import sample, set_seed
 from world import build_world
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer"]
@@ -145,6 +145,27 @@ def test_batched_cached_decoding_answers_like_one_at_a_time(variant, world, trai
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
+def test_cached_decoding_stops_each_row_at_its_stop_token(variant):
+    """A row that has written the stop token leaves its batch, the rest of it being that token; the others go on."""
+    torch.manual_seed(0)
+    model = GPT(config_for(variant, 30, 48)).eval()
+    x, steps = torch.randint(0, 30, (8, 10)), 20
+    alone = sample(model, x, steps)[:, 10:]  # greedy, one full pass per step, no stop
+
+    def first_steps(token):
+        return [int((row == token).nonzero()[0]) if (row == token).any() else steps for row in alone]
+
+    stop_id = max(range(30), key=lambda token: len(set(first_steps(token))))
+    assert len(set(first_steps(stop_id)) - {steps}) > 1, "rows must stop at different steps"
+    expected = alone.clone()
+    for row, first in enumerate(first_steps(stop_id)):
+        expected[row, first:] = stop_id
+    decoded = greedy_decode_cached(model, x, steps, stop_id)
+    assert torch.equal(decoded, expected[:, : decoded.size(1)])
+    assert (expected[:, decoded.size(1) :] == stop_id).all()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_kv_cache_gives_the_full_forward(variant):
     torch.manual_seed(0)
     model = GPT(config_for(variant, 30, 48)).eval()
@@ -154,6 +175,20 @@ def test_kv_cache_gives_the_full_forward(variant):
     pieces = [model(x[:, :9], cache=cache)[0]] + [model(x[:, t : t + 1], cache=cache)[0] for t in range(9, 40)]
     assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-5)
     assert cache.length == 40
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_cache_that_keeps_some_rows_continues_them_as_the_full_forward(variant):
+    """Decoding drops the rows that have finished their answer: the others go on unchanged."""
+    torch.manual_seed(0)
+    model = GPT(config_for(variant, 30, 48)).eval()
+    x = torch.randint(0, 30, (3, 40))
+    full, _ = model(x)
+    cache = KVCache()
+    model(x[:, :20], cache=cache)
+    cache.keep_rows(torch.tensor([0, 2]))
+    rest = torch.cat([model(x[[0, 2], t : t + 1], cache=cache)[0] for t in range(20, 40)], dim=1)
+    assert torch.allclose(rest, full[[0, 2], 20:], atol=1e-5)
 
 
 def test_autocast_choice():
