@@ -166,29 +166,19 @@ def test_cached_decoding_stops_each_row_at_its_stop_token(variant):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_kv_cache_gives_the_full_forward(variant):
-    torch.manual_seed(0)
-    model = GPT(config_for(variant, 30, 48)).eval()
-    x = torch.randint(0, 30, (2, 40))
-    full, _ = model(x)
-    cache = KVCache()
-    pieces = [model(x[:, :9], cache=cache)[0]] + [model(x[:, t : t + 1], cache=cache)[0] for t in range(9, 40)]
-    assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-5)
-    assert cache.length == 40
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_a_cache_that_keeps_some_rows_continues_them_as_the_full_forward(variant):
-    """Decoding drops the rows that have finished their answer: the others go on unchanged."""
+def test_kv_cache_gives_the_full_forward_also_for_the_rows_it_keeps(variant):
+    """Token by token with a cache is the full forward; rows dropped from the cache leave the others unchanged."""
     torch.manual_seed(0)
     model = GPT(config_for(variant, 30, 48)).eval()
     x = torch.randint(0, 30, (3, 40))
     full, _ = model(x)
     cache = KVCache()
-    model(x[:, :20], cache=cache)
-    cache.keep_rows(torch.tensor([0, 2]))
-    rest = torch.cat([model(x[[0, 2], t : t + 1], cache=cache)[0] for t in range(20, 40)], dim=1)
-    assert torch.allclose(rest, full[[0, 2], 20:], atol=1e-5)
+    pieces = [model(x[:, :9], cache=cache)[0]] + [model(x[:, t : t + 1], cache=cache)[0] for t in range(9, 20)]
+    assert torch.allclose(torch.cat(pieces, dim=1), full[:, :20], atol=1e-5)
+    cache.keep_rows(torch.tensor([0, 2]))  # as decoding does when row 1 has answered
+    rest = [model(x[[0, 2], t : t + 1], cache=cache)[0] for t in range(20, 40)]
+    assert torch.allclose(torch.cat(rest, dim=1), full[[0, 2], 20:], atol=1e-5)
+    assert cache.length == 40
 
 
 def test_autocast_choice():
