@@ -36,7 +36,7 @@ def greedy_decode_cached(model, x, steps, stop_id):
             return generated[:, : step + 1]
         if still_going < len(going):
             going, next_ids = going[unfinished], next_ids[unfinished]
-            cache.keep_rows(unfinished.nonzero().squeeze(1))
+            cache.keep_rows(unfinished)
         logits, _ = model(next_ids[:, None], cache=cache)
     return generated
 

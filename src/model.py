@@ -68,7 +68,7 @@ class KVCache(dict):
         self.length = 0
 
     def keep_rows(self, rows):
-        """Keep only these batch rows (a 1-D index tensor) of every cached (B, nh, T, hs) tensor."""
+        """Keep only these batch rows (a 1-D index or boolean mask) of every cached (B, nh, T, hs) tensor."""
         for module in list(self):
             self[module] = tuple(t[rows] for t in self[module])
 
