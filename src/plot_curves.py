@@ -75,11 +75,12 @@ def main(argv=None):
         axes.set_ylabel("% of held-out people")
         axes.grid(alpha=0.3)
         axes.set_ylim(bottom=0)
-    accuracy_axes.legend()
     if args.title:
         figure.suptitle(args.title)
     figure.tight_layout()
-    atomic_write(args.out, lambda f: figure.savefig(f, format="png", dpi=120))
+    handles, legend_labels = accuracy_axes.get_legend_handles_labels()
+    figure.legend(handles, legend_labels, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=3)  # under the panels
+    atomic_write(args.out, lambda f: figure.savefig(f, format="png", dpi=120, bbox_inches="tight"))
     return 0
 
 
