@@ -162,8 +162,12 @@ def build_parser():
     p.add_argument("--finetune_corpus_path", help="question<TAB>place pairs to finetune on")
     p.add_argument("--eval_corpus_path", help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", help="where to write one predicted place per line")
-    p.add_argument("--pretrain_lr", type=positive_float, help="peak pretraining learning rate (default 6e-3)")
-    p.add_argument("--finetune_lr", type=positive_float, help="peak finetuning learning rate (default 6e-4)")
+    p.add_argument(
+        "--pretrain_lr", type=positive_float, help="peak pretraining learning rate (default 6e-3, or the recipe's)"
+    )
+    p.add_argument(
+        "--finetune_lr", type=positive_float, help="peak finetuning learning rate (default 6e-4, or the recipe's)"
+    )
     p.add_argument(
         "--recipe",
         choices=sorted(RECIPES),
