@@ -33,7 +33,7 @@ from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from checkpoint import ParamsError, RunIdentity, load_fitting_params, read_facts, save_params, write_facts
-from config import BLOCK_SIZE, BOTTLENECK_DIM, LENGTH_GROUPING_POOL, MODEL, RECIPES
+from config import BLOCK_SIZE, BOTTLENECK_DIM, HANDOUT, LENGTH_GROUPING_POOL, MODEL, RECIPES
 from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
 from decoding import birthplace_recall, predict_places
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
@@ -163,34 +163,53 @@ def build_parser():
     p.add_argument("--eval_corpus_path", help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", help="where to write one predicted place per line")
     p.add_argument(
-        "--pretrain_lr", type=positive_float, help="peak pretraining learning rate (default 6e-3, or the recipe's)"
+        "--pretrain_lr",
+        type=positive_float,
+        help=f"peak pretraining learning rate (default {HANDOUT.pretrain_lr:g}, or the recipe's)",
     )
     p.add_argument(
-        "--finetune_lr", type=positive_float, help="peak finetuning learning rate (default 6e-4, or the recipe's)"
+        "--finetune_lr",
+        type=positive_float,
+        help=f"peak finetuning learning rate (default {HANDOUT.finetune_lr:g}, or the recipe's)",
     )
     p.add_argument(
         "--recipe",
         choices=sorted(RECIPES),
         default="handout",
-        help="training settings: the handout's (default), or cpu: a short schedule for a CPU (90 epochs, "
-        "batch 32; see README)",
+        help="training settings: the handout's (default), or cpu: a schedule for a CPU "
+        f"({RECIPES['cpu'].pretrain_epochs} epochs of a {RECIPES['cpu'].n_embd}-wide model at batch "
+        f"{RECIPES['cpu'].pretrain_batch_size}; README: Pretraining on a CPU)",
     )
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
     g = p.add_argument_group("overrides for quick runs and experiments (defaults: the handout's)")
     g.add_argument(
-        "--max_epochs", type=positive_int, help="epochs (pretrain 650; finetune 75 from scratch, 10 from params)"
+        "--max_epochs",
+        type=positive_int,
+        help=f"epochs (pretrain {HANDOUT.pretrain_epochs}; finetune {HANDOUT.finetune_epochs_from_scratch} "
+        f"from scratch, {HANDOUT.finetune_epochs_from_pretrained} from params; or the recipe's)",
     )
-    g.add_argument("--batch_size", type=positive_int, help="batch size (pretrain 128, finetune 256)")
-    g.add_argument("--dropout", type=probability, help="dropout of embeddings, attention and residuals (default 0.1)")
     g.add_argument(
-        "--weight_decay", type=non_negative_float, help="AdamW's weight decay (default 0.1, or the recipe's)"
+        "--batch_size",
+        type=positive_int,
+        help=f"batch size (pretrain {HANDOUT.pretrain_batch_size}, finetune {HANDOUT.finetune_batch_size}; "
+        "or the recipe's)",
+    )
+    g.add_argument(
+        "--dropout",
+        type=probability,
+        help=f"dropout of embeddings, attention and residuals (default {HANDOUT.dropout:g}, or the recipe's)",
+    )
+    g.add_argument(
+        "--weight_decay",
+        type=non_negative_float,
+        help=f"AdamW's weight decay (default {HANDOUT.weight_decay:g}, or the recipe's)",
     )
     g.add_argument(
         "--decay_epochs",
         type=positive_int,
         metavar="N",
         help="the cosine's half period in epochs of the pretraining corpus, in finetuning too "
-        "(default 200, or the recipe's; to decay over a shorter run, give its --max_epochs)",
+        f"(default {HANDOUT.decay_epochs}, or the recipe's; to decay over a shorter run, give its --max_epochs)",
     )
     g.add_argument(
         "--n_layer",
