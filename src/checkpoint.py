@@ -39,6 +39,7 @@ class RunIdentity:
     precision: str
     mix_corpus_path: Optional[str] = None
     corrupt_by_epoch: bool = False
+    max_shift: int = 0
     weight_decay: Optional[float] = None  # --weight_decay and --decay_epochs, where given (else the recipe's)
     decay_epochs: Optional[int] = None
 

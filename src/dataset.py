@@ -88,14 +88,22 @@ class CharCorruptionDataset(Dataset):
     quarter of the truncated length on average), and laid out as
     prefix MASK suffix MASK masked_content PADs (block_size characters);
     x is all but its last character, y all but its first.
+
+    max_shift > 0 (not the course's data, so 0 by default) puts a uniform 0..max_shift
+    pads before that layout, so that a biography's name is not always at position 0:
+    the finetuning questions ask for it after "Where was ", at position 10.
     """
 
     PAD_CHAR = PAD_CHAR
     MASK_CHAR = MASK_CHAR
 
-    def __init__(self, data, block_size):
+    def __init__(self, data, block_size, max_shift=0):
         if int(block_size * 7 / 8) < 4:
             raise ValueError(f"block_size must be at least 5, got {block_size}")
+        longest_shift = block_size - 2 - int(block_size * 7 / 8)  # the pads a longest layout leaves free
+        if not 0 <= max_shift <= longest_shift:
+            raise ValueError(f"max_shift must be in 0..{longest_shift} at block size {block_size}, got {max_shift}")
+        self.max_shift = max_shift
         data = data.replace("\r\n", "\n")  # CRLF files get the vocabulary of their LF twins
         chars = sorted(set(data))
         for reserved, name in ((MASK_CHAR, "mask"), (PAD_CHAR, "pad")):
@@ -146,6 +154,8 @@ class CharCorruptionDataset(Dataset):
         start = uniform_below(n - masked_len + 1, generator)
         # output position p holds: the prefix (p < start), MASK, the suffix, MASK, the masked content, pads
         p = torch.arange(self.block_size).expand(rows, -1)
+        if self.max_shift:
+            p = p - torch.randint(0, self.max_shift + 1, (rows, 1), generator=generator)
         start, masked_len, n = start[:, None], masked_len[:, None], n[:, None]
         second_mask = n - masked_len + 1
         source = torch.where(
@@ -154,7 +164,7 @@ class CharCorruptionDataset(Dataset):
         text = ids.gather(1, source.clamp(0, self.max_truncation - 1))
         mask_id, pad_id = self.stoi[MASK_CHAR], self.stoi[PAD_CHAR]
         text = torch.where((p == start) | (p == second_mask), mask_id, text)
-        text = torch.where(p >= n + 2, pad_id, text)
+        text = torch.where((p >= n + 2) | (p < 0), pad_id, text)
         return text[:, :-1], text[:, 1:]
 
     def __getitem__(self, idx):
@@ -167,6 +177,8 @@ class CharCorruptionDataset(Dataset):
         masked_content = truncated[start : start + masked_len]
         suffix = truncated[start + masked_len :]
         masked_string = prefix + MASK_CHAR + suffix + MASK_CHAR + masked_content
+        if self.max_shift:
+            masked_string = PAD_CHAR * random.randint(0, self.max_shift) + masked_string
         masked_string += PAD_CHAR * (self.block_size - len(masked_string))
         ids = [self.stoi[c] for c in masked_string]
         return torch.tensor(ids[:-1], dtype=torch.long), torch.tensor(ids[1:], dtype=torch.long)

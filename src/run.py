@@ -33,7 +33,7 @@ from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from checkpoint import ParamsError, RunIdentity, load_fitting_params, read_facts, save_params, write_facts
-from config import BLOCK_SIZE, BOTTLENECK_DIM, HANDOUT, LENGTH_GROUPING_POOL, MODEL, RECIPES
+from config import BLOCK_SIZE, BOTTLENECK_DIM, HANDOUT, LENGTH_GROUPING_POOL, MAX_SHIFT, MODEL, RECIPES
 from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
 from decoding import birthplace_recall, predict_places
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
@@ -245,6 +245,16 @@ def build_parser():
         '(mixed training; README: "Pretraining on a CPU")',
     )
     r.add_argument(
+        "--max_shift",
+        type=int,
+        default=0,
+        choices=range(MAX_SHIFT + 1),
+        metavar="N",
+        help=f"start every span-corruption example after 0..N pads (N at most {MAX_SHIFT}), so that a biography's "
+        "name is not always at position 0 (the questions ask it at position 10); not the course's data "
+        '(default 0; README: "Pretraining on a CPU")',
+    )
+    r.add_argument(
         "--probe_corpus_path",
         metavar="PATH",
         help="question<TAB>place pairs whose birthplaces the model should come to recall from the corpus: "
@@ -344,10 +354,10 @@ def report_dropped(count, what):
         print(f"dropped {count} character(s) outside the pretraining vocabulary from the {what}", file=sys.stderr)
 
 
-def pretraining_dataset(path):
+def pretraining_dataset(path, max_shift=0):
     """The corpus at `path` as span-corruption examples (and the vocabulary); a reserved character is one line."""
     try:
-        return CharCorruptionDataset(read_text(path, "pretraining corpus"), BLOCK_SIZE)
+        return CharCorruptionDataset(read_text(path, "pretraining corpus"), BLOCK_SIZE, max_shift)
     except ValueError as e:
         raise UsageError(f"pretraining corpus {resolve_data_path(path)}: {e}") from None
 
@@ -574,6 +584,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
             precision=args.precision,
             mix_corpus_path=args.mix_corpus_path,
             corrupt_by_epoch=args.corrupt_by_epoch,
+            max_shift=args.max_shift,
             weight_decay=args.weight_decay,
             decay_epochs=args.decay_epochs,
         ).as_dict(),
@@ -608,7 +619,7 @@ def seed_ranks(seed):
 
 def corpus_sizes_recipe(args):
     """A command's pretraining corpus (its vocabulary), model sizes and recipe, checked against the params' facts."""
-    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path)
+    pretrain_dataset = pretraining_dataset(args.pretrain_corpus_path, args.max_shift)
     facts = reading_params_facts(args)
     recipe = recipe_of(args)
     sizes = model_sizes(args, facts, recipe)
@@ -709,7 +720,7 @@ def main(argv=None):
     missing = [f"--{name}" for name in REQUIRED[args.function] if not getattr(args, name)]
     if missing:
         parser.error(f"{args.function} needs {' and '.join(missing)}")
-    for flag in ("probe_corpus_path", "mix_corpus_path", "corrupt_by_epoch", "save_every"):
+    for flag in ("probe_corpus_path", "mix_corpus_path", "corrupt_by_epoch", "save_every", "max_shift"):
         if getattr(args, flag) and args.function != "pretrain":
             parser.error(f"--{flag} is for pretrain")
     if args.corrupt_by_epoch and args.mix_corpus_path:

@@ -413,6 +413,8 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         ),
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
         ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--corrupt_by_epoch"], "--corrupt_by_epoch is for pretrain"),
+        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--max_shift", "4"], "--max_shift is for pretrain"),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max_shift", "15"], "invalid choice: 15"),
         (
             [
                 "pretrain",

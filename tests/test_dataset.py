@@ -66,6 +66,43 @@ def test_corruption_statistics_match_the_handout():
     assert min(prefixes) == 0 and max(prefixes) > 50, "the span can start anywhere"
 
 
+@pytest.mark.parametrize("block_size", [128, 32])
+def test_shifted_examples_are_the_course_examples_after_leading_pads(block_size):
+    """
+    max_shift puts 0..max_shift pads (each possible) before the course's example, keeping
+    every target; the example's first character becomes a target too (after a pad).
+    """
+    longest = block_size - 2 - int(block_size * 7 / 8)
+    course, shifted = CharCorruptionDataset(DOC, block_size), CharCorruptionDataset(DOC, block_size, max_shift=longest)
+    shifts = []
+    for draw in range(1000):
+        random.seed(draw)
+        x, y = course[0]
+        random.seed(draw)
+        x_shifted, y_shifted = shifted[0]
+        k = len(decode(shifted, x_shifted)) - len(decode(shifted, x_shifted).lstrip(PAD_CHAR))
+        assert torch.equal(x_shifted[k:], x[: len(x) - k]) and torch.equal(y_shifted[k:], y[: len(y) - k])
+        assert torch.equal(y_shifted[: max(k - 1, 0)], torch.zeros(max(k - 1, 0), dtype=torch.long))
+        assert (y_shifted != 0).sum() == (y != 0).sum() + (k > 0), "no target is cut off; the first is new"
+        shifts.append(k)
+    assert set(shifts) == set(range(longest + 1))
+    order = torch.zeros(1000, dtype=torch.long)
+    x_all, y_all = course.corrupt_all(order, torch.Generator().manual_seed(0))
+    xs_all, ys_all = shifted.corrupt_all(order, torch.Generator().manual_seed(0))
+    shifts = []
+    for x, y, x_shifted, y_shifted in zip(x_all, y_all, xs_all, ys_all):
+        k = int((x_shifted != 0).nonzero()[0])
+        assert torch.equal(x_shifted[k:], x[: len(x) - k]) and torch.equal(y_shifted[k:], y[: len(y) - k])
+        assert (y_shifted != 0).sum() == (y != 0).sum() + (k > 0)
+        shifts.append(k)
+    assert set(shifts) == set(range(longest + 1))
+
+
+def test_shift_beyond_the_free_pads_is_rejected():
+    with pytest.raises(ValueError, match="max_shift must be in 0..14 at block size 128, got 15"):
+        CharCorruptionDataset(DOC, 128, max_shift=15)
+
+
 def test_short_documents_empty_lines_and_trailing_newline():
     ds = CharCorruptionDataset("ab\n\nabcdefgh ijk\n\n\nxyz\n", 16)
     assert len(ds) == 3

@@ -185,6 +185,21 @@ def test_resume_refuses_another_runs_checkpoint(tiny_world, tmp_path, capsys):
         capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 2, "--resume", *TINY
     )
     assert "other settings" in err and "max_epochs 1 there, 2 here" in err
+    err = one_line_error(
+        capsys,
+        "pretrain",
+        "vanilla",
+        wiki,
+        "--writing_params_path",
+        params,
+        "--max_epochs",
+        1,
+        "--resume",
+        "--max_shift",
+        5,
+        *TINY,
+    )
+    assert "other settings" in err and "max_shift" in err
     (tmp_path / "p.params.ckpt").write_bytes(b"not a checkpoint")
     err = one_line_error(
         capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--resume", *TINY
