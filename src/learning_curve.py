@@ -25,7 +25,7 @@ from pathlib import Path
 
 import run
 from checkpoint import load_fitting_params, read_facts
-from config import BLOCK_SIZE, RECIPES
+from config import BLOCK_SIZE, HANDOUT, RECIPES
 from dataset import CharCorruptionDataset, read_question_file
 from decoding import birthplace_recall
 from distributed import pick_device
@@ -46,13 +46,15 @@ def snapshots(params_path):
     return sorted(found)
 
 
-def recall(args, corpus, snapshot, pairs, device):
+def recall(args, corpus, snapshot, pairs, device, prompt=None):
     """(recalled, probed): held-out birthplaces the snapshot completes from their biographies in `corpus`."""
-    facts = read_facts(snapshot)
-    sizes = {key: facts[key] for key in ("n_layer", "n_head", "n_embd", "bottleneck_dim") if key in facts}
+    facts = read_facts(snapshot) or {}  # params without facts (the course's code wrote them) are the handout's model
+    sizes = HANDOUT.model_sizes() | {
+        key: facts[key] for key in ("n_layer", "n_head", "n_embd", "bottleneck_dim") if key in facts
+    }
     model = GPT(variant_config(args.variant, corpus.vocab_size, BLOCK_SIZE, **sizes))
     load_fitting_params(model, snapshot, args.variant, args.pretrain_corpus_path, "evaluate")
-    return birthplace_recall(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device)
+    return birthplace_recall(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device, prompt)
 
 
 def accuracy(args, snapshot, epochs, pairs):

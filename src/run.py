@@ -3,7 +3,8 @@ The command line of the assignment:
 
     python src/run.py {pretrain,finetune,evaluate} {vanilla,perceiver,synthesizer} PRETRAIN_CORPUS_PATH [flags]
 
-pretrain: span-corruption pretraining on the corpus, saved to --writing_params_path.
+pretrain: span-corruption pretraining on the corpus (going on from --reading_params_path
+          if given), saved to --writing_params_path.
 finetune: birthplace finetuning on --finetune_corpus_path, from scratch or from
           --reading_params_path, saved to --writing_params_path.
 evaluate: greedy answers for --eval_corpus_path, written to --outputs_path, scored
@@ -157,7 +158,9 @@ def build_parser():
         type=positive_int,
         help=f"perceiver latent length m (default {BOTTLENECK_DIM}, or the params' own)",
     )
-    p.add_argument("--reading_params_path", help="params to start from (finetune) or to evaluate")
+    p.add_argument(
+        "--reading_params_path", help="params to start from (finetune, or pretrain to go on pretraining) or to evaluate"
+    )
     p.add_argument("--writing_params_path", help="where to save the trained params")
     p.add_argument("--finetune_corpus_path", help="question<TAB>place pairs to finetune on")
     p.add_argument("--eval_corpus_path", help="questions (with or without places) to answer")

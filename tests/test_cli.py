@@ -78,6 +78,22 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
     assert len(modes) == 1
 
 
+def test_pretraining_continues_from_reading_params(tiny_world, tmp_path):
+    """pretrain --reading_params_path starts from those params (continued pretraining), not from a fresh model."""
+    wiki, first, second = tiny_world["wiki.txt"], tmp_path / "first.params", tmp_path / "second.params"
+    assert main("pretrain", "vanilla", wiki, "--writing_params_path", first, "--max_epochs", 1, *SMALL) == 0
+    flags = ["--max_epochs", 1, "--pretrain_lr", 1e-9, "--max_shift", 4, *SMALL]
+    assert (
+        main("pretrain", "vanilla", wiki, "--reading_params_path", first, "--writing_params_path", second, *flags) == 0
+    )
+    start, end = torch.load(first, weights_only=True), torch.load(second, weights_only=True)
+    assert all(torch.allclose(start[k], end[k], atol=1e-5) for k in start)
+    fresh = tmp_path / "fresh.params"
+    assert main("pretrain", "vanilla", wiki, "--writing_params_path", fresh, *flags) == 0
+    fresh = torch.load(fresh, weights_only=True)
+    assert max((start[k] - fresh[k]).abs().max() for k in start) > 1e-3  # a fresh model is the first run's start
+
+
 def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):
     """The corpus's newline is in the vocabulary; a model that writes it still gives one line per question."""
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:

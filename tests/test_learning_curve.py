@@ -1,4 +1,4 @@
-"""src/learning_curve.py and src/plot_curves.py on a small world: snapshots, their scores, the picture."""
+"""src/learning_curve.py, plot_curves.py and position_probe.py on a small world: snapshots, scores, the picture."""
 
 import csv
 
@@ -7,6 +7,7 @@ import torch
 
 import learning_curve
 import plot_curves
+import position_probe
 from checkpoint import read_facts
 from conftest import SMALL
 
@@ -63,3 +64,18 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     flags = ["--title", "tiny", "--baseline", "10", "--baseline_label", "most frequent place"]
     assert plot_curves.main([str(out / "curve.csv"), "--out", str(with_baseline), *flags]) == 0
     assert with_baseline.read_bytes() != picture.read_bytes()  # the reference line is drawn
+
+    # the position probe: as pretraining lays the biography out, it recalls what the curve's last row recalled
+    capsys.readouterr()
+    common = ["vanilla", tiny_world["wiki.txt"], "--eval_corpus_path", tiny_world["dev.tsv"]]
+    assert position_probe.main([*common, "--reading_params_path", str(out / "pretrain.params")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"as pretraining lays it out: recalls {rows[-1]['recalled']} of 24 ")
+    assert [line.split(":")[0] for line in lines[1:]] == ["after ' '", f"after {' ' * 10!r}", "after 'Where was '"]
+    assert all(" of 24 " in line for line in lines)
+    assert position_probe.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--prefix", ""]) == 0
+    plain, empty_prefix = capsys.readouterr().out.splitlines()
+    assert plain.split(":")[1] == empty_prefix.split(":")[1]  # nothing before the biography: the same prompts
+    with pytest.raises(SystemExit) as exit_info:
+        position_probe.main([*common, "--reading_params_path", str(out / "missing.params")])
+    assert exit_info.value.code == 2 and "missing.params does not exist" in capsys.readouterr().err

@@ -185,25 +185,11 @@ def test_resume_refuses_another_runs_checkpoint(tiny_world, tmp_path, capsys):
         capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 2, "--resume", *TINY
     )
     assert "other settings" in err and "max_epochs 1 there, 2 here" in err
-    err = one_line_error(
-        capsys,
-        "pretrain",
-        "vanilla",
-        wiki,
-        "--writing_params_path",
-        params,
-        "--max_epochs",
-        1,
-        "--resume",
-        "--max_shift",
-        5,
-        *TINY,
-    )
+    resume = ["pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--resume", *TINY]
+    err = one_line_error(capsys, *resume, "--max_shift", 5)
     assert "other settings" in err and "max_shift" in err
     (tmp_path / "p.params.ckpt").write_bytes(b"not a checkpoint")
-    err = one_line_error(
-        capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--resume", *TINY
-    )
+    err = one_line_error(capsys, *resume)
     assert "cannot be read" in err and "delete it" in err
 
 
