@@ -6,8 +6,8 @@
 #
 #   ./run.sh                      the handout's settings with a CUDA GPU (budgeted at two GPU-hours per pretraining);
 #                                 without one, the cpu recipe (420 epochs of a 128-wide model at
-#                                 batch 32, about 1.5 hours per pretraining on 2 cores: README,
-#                                 "Pretraining on a CPU")
+#                                 batch 32, then 20 on shifted examples: about 1 h 40 min per
+#                                 pretraining on 2 cores; README, "Pretraining on a CPU")
 #   ./run.sh --max_epochs 1 ...   any run.py overrides, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)
 #

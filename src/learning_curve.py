@@ -36,11 +36,14 @@ COLUMNS = ["epochs", "training_minutes", "recalled", "probed", "answered", "ques
 
 
 def snapshots(params_path):
-    """[(epochs, path)] of the params run.py --save_every wrote beside params_path, by epoch."""
+    """
+    [(epochs, path)] of the params run.py --save_every wrote beside params_path, by epoch
+    (with a shifted pretraining stage, the first stage's are <params_path>.unshifted.epoch<E>).
+    """
     folder, name = os.path.split(params_path)
     found = []
     for entry in os.listdir(folder or "."):
-        match = re.fullmatch(re.escape(name) + r"\.epoch(\d+)", entry)
+        match = re.fullmatch(re.escape(name) + rf"(?:{re.escape(run.UNSHIFTED_SUFFIX)})?\.epoch(\d+)", entry)
         if match:
             found.append((int(match.group(1)), os.path.join(folder, entry)))
     return sorted(found)

@@ -53,6 +53,7 @@ from trainer import (
 from utils import evaluate_places, score_line, set_seed
 
 CUDA_NUM_WORKERS = 4
+UNSHIFTED_SUFFIX = ".unshifted"  # pretraining's first stage, when the recipe has a shifted one
 TENSORBOARD_ROOT = "expt"  # relative to the working directory
 
 REQUIRED = {
@@ -77,6 +78,13 @@ def positive_int(text):
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def non_negative_int(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least 0, got {text}")
     return value
 
 
@@ -181,7 +189,8 @@ def build_parser():
         default="handout",
         help="training settings: the handout's (default), or cpu: a schedule for a CPU "
         f"({RECIPES['cpu'].pretrain_epochs} epochs of a {RECIPES['cpu'].n_embd}-wide model at batch "
-        f"{RECIPES['cpu'].pretrain_batch_size}; README: Pretraining on a CPU)",
+        f"{RECIPES['cpu'].pretrain_batch_size}, then {RECIPES['cpu'].shifted_epochs} on shifted examples: "
+        "--shifted_epochs; README: Pretraining on a CPU)",
     )
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
     g = p.add_argument_group("overrides for quick runs and experiments (defaults: the handout's)")
@@ -213,6 +222,16 @@ def build_parser():
         metavar="N",
         help="the cosine's half period in epochs of the pretraining corpus, in finetuning too "
         f"(default {HANDOUT.decay_epochs}, or the recipe's; to decay over a shorter run, give its --max_epochs)",
+    )
+    g.add_argument(
+        "--shifted_epochs",
+        type=non_negative_int,
+        metavar="N",
+        help="pretrain: end with a stage of N epochs from a fresh optimizer at a low peak rate, on examples "
+        "shifted by 0..S pads (--max_shift), so that the facts are not keyed to position 0 alone "
+        f"(default: the recipe's: none in the handout's, {RECIPES['cpu'].shifted_epochs} epochs at "
+        f"{RECIPES['cpu'].shifted_lr:g} with S {RECIPES['cpu'].shifted_max_shift} in cpu's; 0: no such stage). "
+        f"--keep_checkpoint keeps the first stage's params as <writing_params_path>{UNSHIFTED_SUFFIX}",
     )
     g.add_argument(
         "--n_layer",
@@ -270,7 +289,8 @@ def build_parser():
         type=positive_int,
         metavar="N",
         help="also save the params every N epochs as <writing_params_path>.epoch<E>, their facts holding the epochs "
-        "and this process's training seconds so far (for learning curves: src/learning_curve.py)",
+        "and this process's training seconds so far (for learning curves: src/learning_curve.py; with a shifted "
+        f"stage, the first stage's are <writing_params_path>{UNSHIFTED_SUFFIX}.epoch<E>)",
     )
     c = p.add_argument_group("checkpoints (pretrain, finetune)")
     c.add_argument(
@@ -450,7 +470,15 @@ def build_model(args, sizes, pretrain_dataset, dropout):
 
 def recipe_of(args):
     """The --recipe's settings, with the learning rates, dropout and length grouping of the command line put in."""
-    overrides = ("pretrain_lr", "finetune_lr", "dropout", "weight_decay", "decay_epochs", "group_by_length")
+    overrides = (
+        "pretrain_lr",
+        "finetune_lr",
+        "dropout",
+        "weight_decay",
+        "decay_epochs",
+        "group_by_length",
+        "shifted_epochs",
+    )
     flags = {key: getattr(args, key) for key in overrides}
     return dataclasses.replace(RECIPES[args.recipe], **{key: v for key, v in flags.items() if v is not None})
 
@@ -494,27 +522,33 @@ def recall_probe(path, every, model, pretrain_dataset, device, writer):
     return probe
 
 
-def epoch_end(args, model, run_facts, probe):
+class EpochEnd:
     """
     What runs after every epoch: the params saved every --save_every epochs as
-    <writing_params_path>.epoch<E> (rank 0), with the epochs and the seconds spent training
-    so far (this process's, probes left out) in their facts; then the probe, if any.
+    <writing_params_path>.epoch<E> (rank 0), with the epochs and this process's seconds
+    spent training so far (probes left out) in their facts; then the probe, if any. Epochs
+    and seconds count on from the schedule's epochs_before and seconds_before, so that a
+    closing pretraining stage goes on from the first stage's.
     """
-    start, probe_seconds = time.monotonic(), 0.0
 
-    def run_after(epochs_done):
-        nonlocal probe_seconds
-        if args.save_every and epochs_done % args.save_every == 0 and rank_and_world_size()[0] == 0:
-            path = f"{args.writing_params_path}.epoch{epochs_done}"
-            save_params(model, path)
-            training_seconds = round(time.monotonic() - start - probe_seconds, 1)
-            write_facts(path, dict(run_facts, epochs=epochs_done, training_seconds=training_seconds))
-        if probe is not None:
+    def __init__(self, args, model, run_facts, probe, schedule):
+        self.args, self.model, self.run_facts, self.probe = args, model, run_facts, probe
+        self.epochs_before, self.seconds_before = schedule.epochs_before, schedule.seconds_before
+        self.start, self.probe_seconds = time.monotonic(), 0.0
+
+    def training_seconds(self):
+        return self.seconds_before + time.monotonic() - self.start - self.probe_seconds
+
+    def __call__(self, epochs_done):
+        epochs = self.epochs_before + epochs_done
+        if self.args.save_every and epochs % self.args.save_every == 0 and rank_and_world_size()[0] == 0:
+            path = f"{self.args.writing_params_path}.epoch{epochs}"
+            save_params(self.model, path)
+            write_facts(path, dict(self.run_facts, epochs=epochs, training_seconds=round(self.training_seconds(), 1)))
+        if self.probe is not None:
             probe_start = time.monotonic()
-            probe(epochs_done)
-            probe_seconds += time.monotonic() - probe_start
-
-    return run_after
+            self.probe(epochs)
+            self.probe_seconds += time.monotonic() - probe_start
 
 
 @dataclasses.dataclass
@@ -526,10 +560,15 @@ class Schedule:
     batch_size: int
     learning_rate: float
     schedule_examples: int  # examples per epoch of the cosine's decay_epochs
+    epochs_before: int = 0  # an earlier pretraining stage's epochs and training seconds, counted on from
+    seconds_before: float = 0.0
 
 
 def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, device):
-    """Train with the recipe's schedule (or the overrides), keeping a checkpoint; save params and facts on rank 0."""
+    """
+    Train with the recipe's schedule (or the overrides), keeping a checkpoint; save params and
+    facts on rank 0. Returns the seconds spent training (with the schedule's seconds_before).
+    """
     rank, _ = rank_and_world_size()
     epochs, batch_size = args.max_epochs or schedule.epochs, args.batch_size or schedule.batch_size
     writer = tensorboard_writer(args, sizes, recipe) if rank == 0 else None
@@ -537,6 +576,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
     if args.function == "pretrain" and args.probe_corpus_path:
         probe = recall_probe(args.probe_corpus_path, args.probe_every, model, pretrain_dataset, device, writer)
     run_facts = params_facts(args, sizes, args.recipe, pretrain_dataset, command)
+    after_epoch = EpochEnd(args, model, run_facts, probe, schedule)
     checkpoint_path = args.writing_params_path + ".ckpt"
     num_workers = args.num_workers
     if num_workers is None:
@@ -563,7 +603,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         checkpoint_minutes=args.checkpoint_minutes,
         resume=args.resume,
         data_seed=args.seed,
-        epoch_end=epoch_end(args, model, run_facts, probe),
+        epoch_end=after_epoch,
         run_facts=run_facts,
         run_identity=RunIdentity(
             function=args.function,
@@ -611,6 +651,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         write_facts(args.writing_params_path, config.run_facts)
         if not args.keep_checkpoint:
             os.remove(checkpoint_path)
+    return after_epoch.training_seconds()
 
 
 def seed_ranks(seed):
@@ -631,6 +672,48 @@ def corpus_sizes_recipe(args):
 
 
 def pretrain(args, device, command):
+    """
+    Pretraining: one stage, or with the recipe's shifted_epochs two. The first writes
+    <writing_params_path>.unshifted (its checkpoint kept, so that --resume finds the stage
+    done); the second goes on from those params exactly as the command below would
+    (`run.py pretrain ... --reading_params_path <params>.unshifted --max_epochs E --decay_epochs E
+    --pretrain_lr LR --max_shift S --shifted_epochs 0`), then the first stage's files are
+    removed unless --keep_checkpoint.
+    """
+    recipe = recipe_of(args)
+    if not recipe.shifted_epochs:
+        pretrain_stage(args, device, command)
+        return
+    unshifted = args.writing_params_path + UNSHIFTED_SUFFIX
+    first_stage = stage_args(args, writing_params_path=unshifted, keep_checkpoint=True)
+    seconds = pretrain_stage(first_stage, device, command)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()  # every rank reads the params rank 0 has just written
+    closing_stage = stage_args(
+        args,
+        reading_params_path=unshifted,
+        max_epochs=recipe.shifted_epochs,
+        decay_epochs=recipe.shifted_epochs,
+        pretrain_lr=recipe.shifted_lr,
+        max_shift=recipe.shifted_max_shift,
+        tb_expt_name=args.tb_expt_name + "_shifted",
+    )
+    pretrain_stage(closing_stage, device, command, args.max_epochs or recipe.pretrain_epochs, seconds)
+    if launch_rank() == 0 and not args.keep_checkpoint:
+        for path in (unshifted, unshifted + ".json", unshifted + ".ckpt"):
+            os.remove(path)
+
+
+def stage_args(args, **changes):
+    """The command line of one pretraining stage: args with `changes`, and no further stage."""
+    return argparse.Namespace(**{**vars(args), "shifted_epochs": 0, **changes})
+
+
+def pretrain_stage(args, device, command, epochs_before=0, seconds_before=0.0):
+    """
+    One pretraining run: the corpus's span corruptions (with any mixed pairs) under the
+    recipe's schedule. Returns its training seconds, counted on from seconds_before.
+    """
     pretrain_dataset, sizes, recipe = corpus_sizes_recipe(args)
     dataset = pretrain_dataset
     if args.mix_corpus_path:
@@ -640,8 +723,16 @@ def pretrain(args, device, command):
     model = build_model(args, sizes, pretrain_dataset, recipe.dropout)
     seed_ranks(args.seed)
     # decay_epochs count epochs of what pretraining trains on (the corpus, with any mixed pairs)
-    schedule = Schedule(dataset, recipe.pretrain_epochs, recipe.pretrain_batch_size, recipe.pretrain_lr, len(dataset))
-    train(args, command, model, pretrain_dataset, sizes, recipe, schedule, device)
+    schedule = Schedule(
+        dataset,
+        recipe.pretrain_epochs,
+        recipe.pretrain_batch_size,
+        recipe.pretrain_lr,
+        len(dataset),
+        epochs_before,
+        seconds_before,
+    )
+    return train(args, command, model, pretrain_dataset, sizes, recipe, schedule, device)
 
 
 def finetune(args, device, command):

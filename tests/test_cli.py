@@ -12,6 +12,7 @@ import zipfile
 import pytest
 import torch
 
+import learning_curve
 import run
 from checkpoint import read_facts, save_params
 from config import BLOCK_SIZE, HANDOUT, RECIPES
@@ -92,6 +93,57 @@ def test_pretraining_continues_from_reading_params(tiny_world, tmp_path):
     assert main("pretrain", "vanilla", wiki, "--writing_params_path", fresh, *flags) == 0
     fresh = torch.load(fresh, weights_only=True)
     assert max((start[k] - fresh[k]).abs().max() for k in start) > 1e-3  # a fresh model is the first run's start
+
+
+def test_the_shifted_stage_is_pretraining_continued_with_its_flags(tiny_world, tmp_path):
+    """
+    A recipe's shifted stage ends pretraining exactly as a second command going on from the
+    first stage's params would; its snapshots count on from the first stage's epochs and
+    seconds; the first stage's files are removed unless --keep_checkpoint.
+    """
+    cpu, wiki = RECIPES["cpu"], tiny_world["wiki.txt"]
+    common = ["pretrain", "vanilla", wiki, "--recipe", "cpu", "--max_epochs", 1, *SMALL]
+    one, two = tmp_path / "one" / "p.params", tmp_path / "two" / "p.params"
+    assert main(*common, "--shifted_epochs", 1, "--save_every", 1, "--writing_params_path", one) == 0
+    snapshots = [
+        "p.params.epoch2",
+        "p.params.epoch2.json",
+        "p.params.unshifted.epoch1",
+        "p.params.unshifted.epoch1.json",
+    ]
+    assert sorted(os.listdir(one.parent)) == sorted(["p.params", "p.params.json", *snapshots])
+    assert learning_curve.snapshots(str(one)) == [(1, f"{one}.unshifted.epoch1"), (2, f"{one}.epoch2")]
+    first, second = read_facts(f"{one}.unshifted.epoch1"), read_facts(f"{one}.epoch2")
+    assert (first["epochs"], second["epochs"]) == (1, 2) and first["training_seconds"] < second["training_seconds"]
+
+    stage = tmp_path / "stage.params"
+    assert main(*common, "--shifted_epochs", 0, "--writing_params_path", stage) == 0
+    continued = ["--max_epochs", 1, "--decay_epochs", 1, "--pretrain_lr", cpu.shifted_lr]
+    continued += ["--max_shift", cpu.shifted_max_shift, "--shifted_epochs", 0, "--reading_params_path", stage]
+    assert main(*common, *continued, "--writing_params_path", two) == 0
+    a, b = torch.load(one, weights_only=True), torch.load(two, weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    fresh = torch.load(stage, weights_only=True)
+    assert max((a[k] - fresh[k]).abs().max() for k in a) > 1e-4
+
+    kept = tmp_path / "kept" / "p.params"
+    assert main(*common, "--shifted_epochs", 1, "--writing_params_path", kept, "--keep_checkpoint") == 0
+    unshifted = torch.load(f"{kept}.unshifted", weights_only=True)
+    assert all(torch.equal(unshifted[k], fresh[k]) for k in fresh)
+    first, closing = (
+        torch.load(f"{path}.ckpt", weights_only=True)["run_identity"] for path in (f"{kept}.unshifted", kept)
+    )
+    assert (first["learning_rate"], first.get("max_shift", 0)) == (cpu.pretrain_lr, 0)
+    assert (closing["learning_rate"], closing["max_shift"]) == (cpu.shifted_lr, cpu.shifted_max_shift)
+
+    # stopped before the shifted stage: --resume finds the first stage done and runs the second alone
+    os.remove(kept)
+    os.remove(f"{kept}.ckpt")
+    code, _, err = cli(*common, "--shifted_epochs", 1, "--writing_params_path", kept, "--resume")
+    assert code == 0 and f"resuming from {kept}.unshifted.ckpt" in err and f"no checkpoint at {kept}.ckpt" in err, err
+    resumed = torch.load(kept, weights_only=True)
+    assert all(torch.equal(a[k], resumed[k]) for k in a)
+    assert sorted(os.listdir(kept.parent)) == ["p.params", "p.params.json"]
 
 
 def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):
@@ -308,6 +360,11 @@ def test_recipes_fill_in_the_settings_and_flags_win():
         )
     )
     assert overridden == dataclasses.replace(cpu, pretrain_lr=5e-4, dropout=0.2)
+    assert cpu.shifted_epochs > 0 and handout.shifted_epochs == 0
+    unshifted = run.recipe_of(
+        parser.parse_args(["finetune", "vanilla", "w.txt", "--recipe", "cpu", "--shifted_epochs", "0"])
+    )
+    assert unshifted == dataclasses.replace(cpu, shifted_epochs=0)
 
 
 def test_a_recipe_sets_the_model_size_length_grouping_and_optimisation_and_flags_win(tiny_world, tmp_path, monkeypatch):
@@ -348,17 +405,19 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
         tiny_world["dev.tsv"],
         "--probe_every",
         1,
+        "--shifted_epochs",
+        1,
         "--keep_checkpoint",
         *SMALL,
         *(["--corrupt_by_epoch"] if corrupt_by_epoch else []),
     )
     assert code == 0, err
     reports = [line for line in err.replace("\r", "\n").splitlines() if "birthplaces of" in line]
-    assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2"]
+    assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2", "epoch 3"]  # the shifted stage's epoch 3
     assert all(" of 24 birthplaces of " in r for r in reports)  # every dev person's document names the place
     assert all(re.search(r"answers \d+ of its 24 questions", r) for r in reports)
     assert params.exists()
-    identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
+    identity = torch.load(f"{params}.unshifted.ckpt", weights_only=True)["run_identity"]
     assert identity["recipe"] == "cpu" and identity["dropout"] == 0.0
     assert identity.get("corrupt_by_epoch", False) == corrupt_by_epoch
     assert identity["learning_rate"] == RECIPES["cpu"].pretrain_lr
@@ -433,7 +492,7 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     (tmp_path / "src").symlink_to(ROOT / "src")
     write_world(tmp_path, n_train=40, n_dev=10, n_test=10, n_places=8)
     done = subprocess.run(
-        ["bash", "run.sh", "--max_epochs", "1", *SMALL],
+        ["bash", "run.sh", "--max_epochs", "1", "--shifted_epochs", "1", *SMALL],
         capture_output=True,
         text=True,
         cwd=tmp_path,

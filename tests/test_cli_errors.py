@@ -416,6 +416,10 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--max_shift", "4"], "--max_shift is for pretrain"),
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max_shift", "15"], "invalid choice: 15"),
         (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--shifted_epochs", "-1"],
+            "must be an integer of at least 0, got -1",
+        ),
+        (
             [
                 "pretrain",
                 "vanilla",
