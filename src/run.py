@@ -21,6 +21,7 @@ Mistakes in the input are reported in one line with exit code 2.
 import argparse
 import contextlib
 import dataclasses
+import gc
 import logging
 import math
 import os
@@ -227,11 +228,12 @@ def build_parser():
         "--shifted_epochs",
         type=non_negative_int,
         metavar="N",
-        help="pretrain: end with a stage of N epochs from a fresh optimizer at a low peak rate, on examples "
-        "shifted by 0..S pads (--max_shift), so that the facts are not keyed to position 0 alone "
-        f"(default: the recipe's: none in the handout's, {RECIPES['cpu'].shifted_epochs} epochs at "
-        f"{RECIPES['cpu'].shifted_lr:g} with S {RECIPES['cpu'].shifted_max_shift} in cpu's; 0: no such stage). "
-        f"--keep_checkpoint keeps the first stage's params as <writing_params_path>{UNSHIFTED_SUFFIX}",
+        help="pretrain: end with a second stage of N epochs from a fresh optimizer at a tenth of the recipe's peak "
+        f"rate, on examples shifted by 0..{RECIPES['cpu'].shifted_max_shift} pads, so that the facts are not keyed to "
+        f"position 0 alone (default: the recipe's: none in the handout's, {RECIPES['cpu'].shifted_epochs} epochs "
+        f"at {RECIPES['cpu'].shifted_lr:g} in cpu's; 0: no such stage; --pretrain_lr, --max_epochs, "
+        "--decay_epochs, --max_shift and --reading_params_path are the first stage's; ignored by finetune and "
+        f"evaluate). --keep_checkpoint keeps the first stage's params as <writing_params_path>{UNSHIFTED_SUFFIX}",
     )
     g.add_argument(
         "--n_layer",
@@ -296,7 +298,8 @@ def build_parser():
     c.add_argument(
         "--resume",
         action="store_true",
-        help="continue from <writing_params_path>.ckpt if it exists (same command, same settings)",
+        help="continue from <writing_params_path>.ckpt if it exists (same command, same settings; with a shifted "
+        f"stage, from <writing_params_path>{UNSHIFTED_SUFFIX}.ckpt first)",
     )
     c.add_argument(
         "--checkpoint_minutes",
@@ -469,7 +472,10 @@ def build_model(args, sizes, pretrain_dataset, dropout):
 
 
 def recipe_of(args):
-    """The --recipe's settings, with the learning rates, dropout and length grouping of the command line put in."""
+    """
+    The --recipe's settings, with the command line's learning rates, dropout, weight decay,
+    decay epochs, length grouping and shifted epochs put in.
+    """
     overrides = (
         "pretrain_lr",
         "finetune_lr",
@@ -553,14 +559,17 @@ class EpochEnd:
 
 @dataclasses.dataclass
 class Schedule:
-    """What one training run does: its examples, epochs, batch size and peak learning rate."""
+    """
+    What one training run does: its examples, epochs, batch size and peak learning rate (and,
+    for pretraining's second stage, the first stage's epochs and seconds its snapshots count on from).
+    """
 
     dataset: object
     epochs: int
     batch_size: int
     learning_rate: float
     schedule_examples: int  # examples per epoch of the cosine's decay_epochs
-    epochs_before: int = 0  # an earlier pretraining stage's epochs and training seconds, counted on from
+    epochs_before: int = 0
     seconds_before: float = 0.0
 
 
@@ -685,8 +694,10 @@ def pretrain(args, device, command):
         pretrain_stage(args, device, command)
         return
     unshifted = args.writing_params_path + UNSHIFTED_SUFFIX
+    check_first_stage(args, unshifted)
     first_stage = stage_args(args, writing_params_path=unshifted, keep_checkpoint=True)
     seconds = pretrain_stage(first_stage, device, command)
+    gc.collect()  # the first stage's trainer (its optimizer state, its DataLoader workers) goes now
     if torch.distributed.is_initialized():
         torch.distributed.barrier()  # every rank reads the params rank 0 has just written
     closing_stage = stage_args(
@@ -701,7 +712,25 @@ def pretrain(args, device, command):
     pretrain_stage(closing_stage, device, command, args.max_epochs or recipe.pretrain_epochs, seconds)
     if launch_rank() == 0 and not args.keep_checkpoint:
         for path in (unshifted, unshifted + ".json", unshifted + ".ckpt"):
-            os.remove(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+
+def check_first_stage(args, unshifted):
+    """Before hours of training: the first stage's params replace no input, and --resume finds this run's stages."""
+    if args.reading_params_path and os.path.realpath(args.reading_params_path) == os.path.realpath(unshifted):
+        raise UsageError(
+            f"--reading_params_path {args.reading_params_path} is where this run's first stage writes "
+            "(the recipe's shifted stage is on): give --shifted_epochs 0 to go on from those params alone, "
+            "or another --writing_params_path"
+        )
+    check_writable(unshifted, "the first stage's params")
+    checkpoint = args.writing_params_path + ".ckpt"
+    if args.resume and os.path.exists(checkpoint) and not os.path.exists(unshifted + ".ckpt"):
+        raise UsageError(
+            f"--resume: {checkpoint} has no first stage's checkpoint {unshifted}.ckpt beside it, so it is not "
+            "from a run with the recipe's shifted stage: resume it with --shifted_epochs 0, or remove it"
+        )
 
 
 def stage_args(args, **changes):

@@ -99,22 +99,13 @@ def test_the_shifted_stage_is_pretraining_continued_with_its_flags(tiny_world, t
     """
     A recipe's shifted stage ends pretraining exactly as a second command going on from the
     first stage's params would; its snapshots count on from the first stage's epochs and
-    seconds; the first stage's files are removed unless --keep_checkpoint.
+    seconds; the first stage's params and checkpoint are removed unless --keep_checkpoint.
     """
     cpu, wiki = RECIPES["cpu"], tiny_world["wiki.txt"]
-    common = ["pretrain", "vanilla", wiki, "--recipe", "cpu", "--max_epochs", 1, *SMALL]
+    common = ["pretrain", "vanilla", wiki, "--recipe", "cpu", "--max_epochs", 2, *SMALL]
     one, two = tmp_path / "one" / "p.params", tmp_path / "two" / "p.params"
-    assert main(*common, "--shifted_epochs", 1, "--save_every", 1, "--writing_params_path", one) == 0
-    snapshots = [
-        "p.params.epoch2",
-        "p.params.epoch2.json",
-        "p.params.unshifted.epoch1",
-        "p.params.unshifted.epoch1.json",
-    ]
-    assert sorted(os.listdir(one.parent)) == sorted(["p.params", "p.params.json", *snapshots])
-    assert learning_curve.snapshots(str(one)) == [(1, f"{one}.unshifted.epoch1"), (2, f"{one}.epoch2")]
-    first, second = read_facts(f"{one}.unshifted.epoch1"), read_facts(f"{one}.epoch2")
-    assert (first["epochs"], second["epochs"]) == (1, 2) and first["training_seconds"] < second["training_seconds"]
+    assert main(*common, "--shifted_epochs", 1, "--writing_params_path", one) == 0
+    assert sorted(os.listdir(one.parent)) == ["p.params", "p.params.json"]
 
     stage = tmp_path / "stage.params"
     assert main(*common, "--shifted_epochs", 0, "--writing_params_path", stage) == 0
@@ -135,6 +126,7 @@ def test_the_shifted_stage_is_pretraining_continued_with_its_flags(tiny_world, t
     )
     assert (first["learning_rate"], first.get("max_shift", 0)) == (cpu.pretrain_lr, 0)
     assert (closing["learning_rate"], closing["max_shift"]) == (cpu.shifted_lr, cpu.shifted_max_shift)
+    assert (first["max_epochs"], closing["max_epochs"], closing["decay_epochs"]) == (2, 1, 1)
 
     # stopped before the shifted stage: --resume finds the first stage done and runs the second alone
     os.remove(kept)
@@ -144,6 +136,16 @@ def test_the_shifted_stage_is_pretraining_continued_with_its_flags(tiny_world, t
     resumed = torch.load(kept, weights_only=True)
     assert all(torch.equal(a[k], resumed[k]) for k in a)
     assert sorted(os.listdir(kept.parent)) == ["p.params", "p.params.json"]
+
+    # snapshots: the first stage's beside its params, the second stage's counting on from them
+    snapshots = tmp_path / "snapshots" / "p.params"
+    assert main(*common, "--shifted_epochs", 2, "--save_every", 2, "--writing_params_path", snapshots) == 0
+    assert learning_curve.snapshots(str(snapshots)) == [
+        (2, f"{snapshots}.unshifted.epoch2"),
+        (4, f"{snapshots}.epoch4"),
+    ]
+    first, last = read_facts(f"{snapshots}.unshifted.epoch2"), read_facts(f"{snapshots}.epoch4")
+    assert (first["epochs"], last["epochs"]) == (2, 4) and first["training_seconds"] <= last["training_seconds"]
 
 
 def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):

@@ -2,6 +2,7 @@
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -188,6 +189,11 @@ def test_resume_refuses_another_runs_checkpoint(tiny_world, tmp_path, capsys):
     resume = ["pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--resume", *TINY]
     err = one_line_error(capsys, *resume, "--max_shift", 5)
     assert "other settings" in err and "max_shift" in err
+    err = one_line_error(capsys, *resume, "--shifted_epochs", 1)  # before the first stage trains, not after
+    assert "p.params.unshifted.ckpt" in err and "resume it with --shifted_epochs 0" in err
+    shutil.copy(params, tmp_path / "p.params.unshifted")
+    err = one_line_error(capsys, *resume, "--shifted_epochs", 1, "--reading_params_path", f"{params}.unshifted")
+    assert "is where this run's first stage writes" in err
     (tmp_path / "p.params.ckpt").write_bytes(b"not a checkpoint")
     err = one_line_error(capsys, *resume)
     assert "cannot be read" in err and "delete it" in err
@@ -423,7 +429,7 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
     wiki = tiny_world["wiki.txt"]
     pre, ft, out = tmp_path / "pre.params", tmp_path / "ft.params", tmp_path / "dev.predictions"
     commands = [
-        ["pretrain", "vanilla", wiki, "--writing_params_path", pre, "--max_epochs", 2],
+        ["pretrain", "vanilla", wiki, "--writing_params_path", pre, "--max_epochs", 2, "--shifted_epochs", 1],
         [
             "finetune",
             "vanilla",
@@ -453,6 +459,7 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
         )
         assert done.returncode == 0, done.stderr[-3000:]
     assert pre.exists() and ft.exists() and not (tmp_path / "pre.params.ckpt").exists()
+    assert not list(tmp_path.glob("pre.params.unshifted*"))  # the first stage's files: rank 0 removed them
     assert done.stdout.count("Correct: ") == 1 and "out of 24" in done.stdout
 
     single = tmp_path / "single.predictions"
