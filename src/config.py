@@ -8,7 +8,6 @@ import dataclasses
 
 BLOCK_SIZE = 128
 BOTTLENECK_DIM = 32  # the perceiver's latent length m
-MAX_SHIFT = BLOCK_SIZE - 2 - int(BLOCK_SIZE * 7 / 8)  # --max_shift at most: the pads a longest example leaves
 LENGTH_GROUPING_POOL = 16  # with --group_by_length, pretraining batches per pool of examples grouped by length
 
 

@@ -78,6 +78,11 @@ def question_place_pairs(text):
     return read_questions(text, answered=True)
 
 
+def longest_shift(block_size):
+    """The most pads max_shift may put before an example: what a longest layout (7/8 of the block, two masks) leaves."""
+    return block_size - 2 - int(block_size * 7 / 8)
+
+
 class CharCorruptionDataset(Dataset):
     """
     Span-corruption examples from the lines of `data`.
@@ -100,9 +105,10 @@ class CharCorruptionDataset(Dataset):
     def __init__(self, data, block_size, max_shift=0):
         if int(block_size * 7 / 8) < 4:
             raise ValueError(f"block_size must be at least 5, got {block_size}")
-        longest_shift = block_size - 2 - int(block_size * 7 / 8)  # the pads a longest layout leaves free
-        if not 0 <= max_shift <= longest_shift:
-            raise ValueError(f"max_shift must be in 0..{longest_shift} at block size {block_size}, got {max_shift}")
+        if not 0 <= max_shift <= longest_shift(block_size):
+            raise ValueError(
+                f"max_shift must be in 0..{longest_shift(block_size)} at block size {block_size}, got {max_shift}"
+            )
         self.max_shift = max_shift
         data = data.replace("\r\n", "\n")  # CRLF files get the vocabulary of their LF twins
         chars = sorted(set(data))

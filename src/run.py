@@ -35,8 +35,15 @@ from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from checkpoint import ParamsError, RunIdentity, load_fitting_params, read_facts, save_params, write_facts
-from config import BLOCK_SIZE, BOTTLENECK_DIM, HANDOUT, LENGTH_GROUPING_POOL, MAX_SHIFT, MODEL, RECIPES
-from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
+from config import BLOCK_SIZE, BOTTLENECK_DIM, HANDOUT, LENGTH_GROUPING_POOL, MODEL, RECIPES
+from dataset import (
+    CharCorruptionDataset,
+    NameDataset,
+    known_characters,
+    longest_shift,
+    question_place_pairs,
+    read_questions,
+)
 from decoding import birthplace_recall, predict_places
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from files import PathInUse, atomic_write, exclusive_lock, resolve_data_path
@@ -272,10 +279,10 @@ def build_parser():
         "--max_shift",
         type=int,
         default=0,
-        choices=range(MAX_SHIFT + 1),
+        choices=range(longest_shift(BLOCK_SIZE) + 1),
         metavar="N",
-        help=f"start every span-corruption example after 0..N pads (N at most {MAX_SHIFT}), so that a biography's "
-        "name is not always at position 0 (the questions ask it at position 10); not the course's data "
+        help=f"start every span-corruption example after 0..N pads (N at most {longest_shift(BLOCK_SIZE)}), so that "
+        "a biography's name is not always at position 0 (the questions ask it at position 10); not the course's data "
         '(default 0; README: "Pretraining on a CPU")',
     )
     r.add_argument(
