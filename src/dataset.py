@@ -105,10 +105,9 @@ class CharCorruptionDataset(Dataset):
     def __init__(self, data, block_size, max_shift=0):
         if int(block_size * 7 / 8) < 4:
             raise ValueError(f"block_size must be at least 5, got {block_size}")
-        if not 0 <= max_shift <= longest_shift(block_size):
-            raise ValueError(
-                f"max_shift must be in 0..{longest_shift(block_size)} at block size {block_size}, got {max_shift}"
-            )
+        limit = longest_shift(block_size)
+        if not 0 <= max_shift <= limit:
+            raise ValueError(f"max_shift must be in 0..{limit} at block size {block_size}, got {max_shift}")
         self.max_shift = max_shift
         data = data.replace("\r\n", "\n")  # CRLF files get the vocabulary of their LF twins
         chars = sorted(set(data))

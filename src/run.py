@@ -583,7 +583,8 @@ class Schedule:
 def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, device):
     """
     Train with the recipe's schedule (or the overrides), keeping a checkpoint; save params and
-    facts on rank 0. Returns the seconds spent training (with the schedule's seconds_before).
+    facts on rank 0. Returns (epochs, seconds) trained, counted on from the schedule's
+    epochs_before and seconds_before: where a later stage's snapshots count on from.
     """
     rank, _ = rank_and_world_size()
     epochs, batch_size = args.max_epochs or schedule.epochs, args.batch_size or schedule.batch_size
@@ -667,7 +668,7 @@ def train(args, command, model, pretrain_dataset, sizes, recipe, schedule, devic
         write_facts(args.writing_params_path, config.run_facts)
         if not args.keep_checkpoint:
             os.remove(checkpoint_path)
-    return after_epoch.training_seconds()
+    return schedule.epochs_before + epochs, after_epoch.training_seconds()
 
 
 def seed_ranks(seed):
@@ -703,7 +704,7 @@ def pretrain(args, device, command):
     unshifted = args.writing_params_path + UNSHIFTED_SUFFIX
     check_first_stage(args, unshifted)
     first_stage = stage_args(args, writing_params_path=unshifted, keep_checkpoint=True)
-    seconds = pretrain_stage(first_stage, device, command)
+    epochs, seconds = pretrain_stage(first_stage, device, command)
     gc.collect()  # the first stage's trainer (its optimizer state, its DataLoader workers) goes now
     if torch.distributed.is_initialized():
         torch.distributed.barrier()  # every rank reads the params rank 0 has just written
@@ -716,7 +717,7 @@ def pretrain(args, device, command):
         max_shift=recipe.shifted_max_shift,
         tb_expt_name=args.tb_expt_name + "_shifted",
     )
-    pretrain_stage(closing_stage, device, command, args.max_epochs or recipe.pretrain_epochs, seconds)
+    pretrain_stage(closing_stage, device, command, epochs, seconds)
     if launch_rank() == 0 and not args.keep_checkpoint:
         for path in (unshifted, unshifted + ".json", unshifted + ".ckpt"):
             with contextlib.suppress(FileNotFoundError):
@@ -748,7 +749,7 @@ def stage_args(args, **changes):
 def pretrain_stage(args, device, command, epochs_before=0, seconds_before=0.0):
     """
     One pretraining run: the corpus's span corruptions (with any mixed pairs) under the
-    recipe's schedule. Returns its training seconds, counted on from seconds_before.
+    recipe's schedule. Returns (epochs, seconds) trained, counted on from the earlier stage's.
     """
     pretrain_dataset, sizes, recipe = corpus_sizes_recipe(args)
     dataset = pretrain_dataset
