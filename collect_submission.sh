@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds assignment5.zip from src/ and the params and predictions that run.sh writes.
-#   ./collect_submission.sh [all|2021|2023]
+#   ./collect_submission.sh [all|2021|2023|2024]
 #   2021: the edition with the synthesizer; 2023: the edition with the perceiver;
-#   all (default): both. Fails, naming every missing file, before writing anything; a
+#   2024: the edition with rope; all (default): the three. Fails, naming every missing file, before writing anything; a
 #   failing call also removes an earlier assignment5.zip, so that no zip is left that
 #   this call did not build.
 set -euo pipefail
 cd "$(dirname "$0")"
 rm -f assignment5.zip assignment5.zip.tmp
 if (( $# > 1 )); then
-  echo "collect_submission.sh: takes at most one argument (all, 2021 or 2023), got $#: $*" >&2
+  echo "collect_submission.sh: takes at most one argument (all, 2021, 2023 or 2024), got $#: $*" >&2
   exit 2
 fi
 edition=${1:-all}
@@ -22,8 +22,9 @@ variant_files() { echo "$1.pretrain.params $1.finetune.params $1.pretrain.dev.pr
 case $edition in
   2021) files=("${common[@]}" $(variant_files synthesizer)) ;;
   2023) files=("${common[@]}" $(variant_files perceiver)) ;;
-  all) files=("${common[@]}" $(variant_files perceiver) $(variant_files synthesizer)) ;;
-  *) echo "collect_submission.sh: unknown edition '$edition' (use all, 2021 or 2023)" >&2; exit 2 ;;
+  2024) files=("${common[@]}" $(variant_files rope)) ;;
+  all) files=("${common[@]}" $(variant_files perceiver) $(variant_files synthesizer) $(variant_files rope)) ;;
+  *) echo "collect_submission.sh: unknown edition '$edition' (use all, 2021, 2023 or 2024)" >&2; exit 2 ;;
 esac
 
 missing=()

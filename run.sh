@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole assignment, from the repository root:
 #   London baseline; vanilla finetuned without pretraining; vanilla, perceiver
-#   (bottleneck 64) and synthesizer pretrained then finetuned; dev and test
+#   (bottleneck 64), synthesizer and rope pretrained then finetuned; dev and test
 #   predictions for each; then a table of dev accuracies.
 #
 #   ./run.sh                      the handout's settings with a CUDA GPU (budgeted at two GPU-hours per pretraining);
@@ -134,7 +134,7 @@ step "vanilla without pretraining" run_py finetune vanilla wiki.txt \
   --writing_params_path vanilla.model.params --finetune_corpus_path birth_places_train.tsv
 evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain
 
-for variant in vanilla perceiver synthesizer; do
+for variant in vanilla perceiver synthesizer rope; do
   flags=()
   [[ $variant == perceiver ]] && flags=(--bottleneck_dim 64)
   step "$variant pretraining" run_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \

@@ -12,6 +12,10 @@ kernel where the hardware has one.
   Perceiver-AR-style bottleneck in model.py.
 - SynthesizerAttention: scores come from a per-position MLP of each input alone,
   not from query-key dot products (Tay et al., "Synthesizer", 2020).
+
+With config.rope, CausalSelfAttention rotates its queries and keys by their positions
+(rotary position embeddings, Su et al., "RoFormer", 2021; the course's 2024 edition):
+a query-key score then depends on the two positions only through their distance.
 """
 
 import torch
@@ -29,6 +33,29 @@ def merge_heads(y):
     """(B, n_head, T, head_dim) -> (B, T, n_head * head_dim)."""
     B, n_head, T, head_dim = y.size()
     return y.transpose(1, 2).contiguous().view(B, T, n_head * head_dim)
+
+
+def precompute_rotary_emb(dim, max_positions):
+    """
+    The rotary table: (max_positions, dim // 2, 2), entry [t, i] = (cos(t θ_i), sin(t θ_i))
+    with θ_i = 10000^(-2i / dim) for i = 0 .. dim/2 - 1 (dim is the head dimension).
+    """
+    theta = 10000.0 ** (-torch.arange(0, dim // 2, dtype=torch.float32) * 2 / dim)  # (dim/2,)
+    angles = torch.arange(max_positions, dtype=torch.float32)[:, None] * theta[None, :]  # (T, dim/2)
+    return torch.stack([angles.cos(), angles.sin()], dim=-1)
+
+
+def apply_rotary_emb(x, rope_cache):
+    """
+    Rotate each consecutive pair (x[..., 2i], x[..., 2i+1]) of x (B, n_head, T, head_dim),
+    read as the complex number x[2i] + j x[2i+1], by the angle t θ_i of its position t,
+    the row t of rope_cache (the first T rows are used; slice the table to start elsewhere).
+    """
+    T = x.size(-2)
+    cos, sin = rope_cache[:T].unbind(-1)  # (T, head_dim/2) each
+    real, imag = x.float().unflatten(-1, (-1, 2)).unbind(-1)  # (B, nh, T, head_dim/2) each
+    rotated = torch.stack([real * cos - imag * sin, real * sin + imag * cos], dim=-1)
+    return rotated.flatten(-2).type_as(x)
 
 
 def extend_cache(module, cache, *tensors):
@@ -87,9 +114,12 @@ class CausalCrossAttention(nn.Module):
         if x_q.size(0) != x_kv.size(0):
             x_q = x_q.expand(x_kv.size(0), -1, -1)
         q = split_heads(self.query(x_q), self.n_head)
-        k, v = extend_cache(
-            self, cache, split_heads(self.key(x_kv), self.n_head), split_heads(self.value(x_kv), self.n_head)
-        )
+        k = split_heads(self.key(x_kv), self.n_head)
+        return self.attend(q, k, split_heads(self.value(x_kv), self.n_head), cache, q_start)
+
+    def attend(self, q, k, v, cache, q_start):
+        """Attention of q over the cached keys/values and this call's k, v (B, nh, T, hs), projected out."""
+        k, v = extend_cache(self, cache, k, v)
         dropout = self.attn_pdrop if self.training else 0.0
         y = causal_attention(q, k, v, q_start, dropout_p=dropout)
         return self.resid_drop(self.proj(merge_heads(y)))
@@ -105,14 +135,31 @@ def register_course_mask(module, block_size):
 
 
 class CausalSelfAttention(CausalCrossAttention):
-    """Masked multi-head self-attention: forward(x) with x of shape (B, T, C)."""
+    """
+    Masked multi-head self-attention: forward(x) with x of shape (B, T, C).
+
+    With config.rope, queries and keys are rotated by their positions (apply_rotary_emb)
+    before the scores; the table is the buffer rope_cache, as in the course's 2024 code.
+    Keys are cached rotated, at their own positions.
+    """
 
     def __init__(self, config):
         super().__init__(config)
         register_course_mask(self, config.block_size)
+        self.rope = config.rope
+        if self.rope:
+            head_dim = config.n_embd // config.n_head
+            if head_dim % 2:
+                raise ValueError(f"rope rotates pairs of dimensions: the head dimension must be even, got {head_dim}")
+            self.register_buffer("rope_cache", precompute_rotary_emb(head_dim, config.block_size))
 
     def forward(self, x, cache=None, q_start=0):
-        return super().forward(x, x, cache, q_start)
+        if not self.rope:
+            return super().forward(x, x, cache, q_start)
+        rope_cache = self.rope_cache[q_start:]
+        q = apply_rotary_emb(split_heads(self.query(x), self.n_head), rope_cache)
+        k = apply_rotary_emb(split_heads(self.key(x), self.n_head), rope_cache)
+        return self.attend(q, k, split_heads(self.value(x), self.n_head), cache, q_start)
 
 
 class SynthesizerAttention(nn.Module):

@@ -1,7 +1,7 @@
 """
 Measures what the fast paths save, side by side in one run on this machine.
 
-    python src/benchmark.py [--variants vanilla perceiver synthesizer] [--eval_questions 500] [--group_by_length]
+    python src/benchmark.py [--variants vanilla perceiver synthesizer rope] [--eval_questions 500] [--group_by_length]
                             [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data]
 
 For each variant, with the handout's model and batch sizes, it trains one epoch of
@@ -54,7 +54,7 @@ from dataset import CharCorruptionDataset, NameDataset, known_characters, read_q
 from decoding import predict_places
 from distributed import pick_device
 from files import DATA_DIR
-from model import GPT, variant_config
+from model import GPT, VARIANTS, variant_config
 from trainer import Trainer, TrainerConfig
 from utils import set_seed
 from world import FILES, write_world
@@ -332,7 +332,7 @@ def main(argv=None):
         "--variants",
         nargs="+",
         default=["vanilla", "perceiver", "synthesizer"],
-        choices=["vanilla", "perceiver", "synthesizer"],
+        choices=VARIANTS,
     )
     parser.add_argument("--eval_questions", type=int, default=500, help="dev questions to answer (default 500)")
     parser.add_argument("--sweep", type=int, nargs="*", default=[128, 256, 512, 1024], help="block sizes to sweep")

@@ -77,7 +77,12 @@ def params_architecture(state):
     """
     vocab_size, n_embd = state["tok_emb.weight"].shape
     blocks = {key.split(".")[1] for key in state if key.startswith("blocks.")}
-    found = dict(n_layer=len(blocks), n_embd=n_embd, vocab_size=vocab_size, block_size=state["pos_emb"].shape[1])
+    found = dict(n_layer=len(blocks), n_embd=n_embd, vocab_size=vocab_size)
+    if "pos_emb" not in state:  # rope's positions are its rotary table (block_size, head_dim / 2, 2)
+        rope_cache = state["blocks.0.attn.rope_cache"]
+        head_dim = 2 * rope_cache.shape[1]
+        return dict(found, variant="rope", n_head=n_embd // head_dim, block_size=rope_cache.shape[0])
+    found["block_size"] = state["pos_emb"].shape[1]
     if "down_block.C" in state:
         return dict(found, variant="perceiver", n_layer=len(blocks) + 2, bottleneck_dim=state["down_block.C"].shape[1])
     if "blocks.0.attn.w2" in state:

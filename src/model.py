@@ -1,7 +1,9 @@
 """
-A character-level GPT (minGPT) with three attention variants.
+A character-level GPT (minGPT) with four attention variants.
 
 - vanilla: a stack of Blocks with causal self-attention;
+- rope (config.rope): the same Blocks with rotary position embeddings in the
+  self-attention instead of the learned absolute position embedding pos_emb;
 - synthesizer (config.synthesizer): the same Blocks with SynthesizerAttention;
 - perceiver (config.perceiver, config.bottleneck_dim = m): a Perceiver-AR-style
   bottleneck. DownProjectBlock cross-attends from a learned basis C (m positions) to
@@ -30,6 +32,7 @@ class GPTConfig:
     perceiver = False
     bottleneck_dim = None
     synthesizer = False
+    rope = False
 
     def __init__(self, vocab_size, block_size, **kwargs):
         self.vocab_size = vocab_size
@@ -38,7 +41,7 @@ class GPTConfig:
             setattr(self, k, v)
 
 
-VARIANTS = ("vanilla", "perceiver", "synthesizer")
+VARIANTS = ("vanilla", "perceiver", "synthesizer", "rope")
 
 
 def variant_config(variant, vocab_size, block_size, n_layer, n_head, n_embd, bottleneck_dim=None, dropout=0.1):
@@ -54,6 +57,7 @@ def variant_config(variant, vocab_size, block_size, n_layer, n_head, n_embd, bot
         perceiver=variant == "perceiver",
         bottleneck_dim=bottleneck_dim if variant == "perceiver" else None,
         synthesizer=variant == "synthesizer",
+        rope=variant == "rope",
         embd_pdrop=dropout,
         attn_pdrop=dropout,
         resid_pdrop=dropout,
@@ -155,8 +159,13 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
+        if config.rope and (config.perceiver or config.synthesizer):
+            raise ValueError(
+                "rope rotates the queries and keys of self-attention: not for the perceiver or synthesizer"
+            )
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
+        if not config.rope:  # rope's positions are in the attention
+            self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
         self.drop = nn.Dropout(config.embd_pdrop)
         self.perceiver = config.perceiver
         if config.perceiver:
@@ -194,7 +203,10 @@ class GPT(nn.Module):
         T = idx.size(1)
         if start + T > self.block_size:
             raise ValueError(f"cannot forward a sequence of length {start + T}: the block size is {self.block_size}")
-        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, start : start + T, :])
+        x = self.tok_emb(idx)
+        if not self.config.rope:
+            x = x + self.pos_emb[:, start : start + T, :]
+        x = self.drop(x)
         if self.perceiver:
             m = self.down_block.C.size(1)
             y = self.down_block(x, cache, start, stop=min(start + T, m))

@@ -1,7 +1,7 @@
 """
 The command line of the assignment:
 
-    python src/run.py {pretrain,finetune,evaluate} {vanilla,perceiver,synthesizer} PRETRAIN_CORPUS_PATH [flags]
+    python src/run.py {pretrain,finetune,evaluate} {vanilla,perceiver,synthesizer,rope} PRETRAIN_CORPUS_PATH [flags]
 
 pretrain: span-corruption pretraining on the corpus (going on from --reading_params_path
           if given), saved to --writing_params_path.
@@ -461,6 +461,11 @@ def build_model(args, sizes, pretrain_dataset, dropout):
     """The seeded model of the command's variant and sizes, with --reading_params_path loaded into it."""
     if sizes["n_embd"] % sizes["n_head"]:
         raise UsageError(f"--n_embd {sizes['n_embd']} must be a multiple of --n_head {sizes['n_head']}")
+    if args.variant == "rope" and sizes["n_embd"] // sizes["n_head"] % 2:
+        raise UsageError(
+            f"rope rotates pairs of dimensions: --n_embd {sizes['n_embd']} / --n_head {sizes['n_head']} "
+            "must be an even head dimension"
+        )
     if args.variant == "perceiver" and sizes["n_layer"] < 2:
         raise UsageError("the perceiver needs --n_layer 2 or more (a down- and an up-projection block)")
     if args.variant == "perceiver" and sizes["bottleneck_dim"] > BLOCK_SIZE:

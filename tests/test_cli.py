@@ -24,7 +24,7 @@ from trainer import Trainer
 from world import PLACE_SUFFIXES, write_world
 
 
-@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer", "rope"])
 def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
     wiki = tiny_world["wiki.txt"]
     pretrained, finetuned = tmp_path / "pre.params", tmp_path / "ft.params"
@@ -505,7 +505,7 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     assert "training with --recipe cpu" in done.stderr
     commands = [line.split() for line in done.stderr.splitlines() if " src/run.py " in line]
     trainings = [c for c in commands if c[2] in ("pretrain", "finetune")]
-    assert len(commands) == 15 and len(trainings) == 7
+    assert len(commands) == 18 and len(trainings) == 9
     assert all(c[c.index("--recipe") + 1] == "cpu" for c in trainings)
     rows = (tmp_path / "results.md").read_text(encoding="utf-8").splitlines()
     assert [row.split("|")[1].strip() for row in rows[3:]] == [
@@ -514,9 +514,16 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
         "vanilla with pretraining",
         "perceiver with pretraining",
         "synthesizer with pretraining",
+        "rope with pretraining",
     ]
     assert all(re.fullmatch(r"\d+ out of 10: [\d.]+%", row.split("|")[2].strip()) for row in rows[4:]), rows
-    for prefix in ["vanilla.nopretrain", "vanilla.pretrain", "perceiver.pretrain", "synthesizer.pretrain"]:
+    for prefix in [
+        "vanilla.nopretrain",
+        "vanilla.pretrain",
+        "perceiver.pretrain",
+        "synthesizer.pretrain",
+        "rope.pretrain",
+    ]:
         assert (tmp_path / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
 
 
@@ -602,6 +609,15 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
     assert code == 0 and "wrote assignment5.zip" in out, err
     with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
         assert sorted(z.namelist()) == sorted(names + [f"src/{p.name}" for p in (ROOT / "src").glob("*.py")])
+
+    rope = [f"rope.{kind}" for kind in ["pretrain.params", "finetune.params", "pretrain.dev.predictions",
+                                        "pretrain.test.predictions"]]  # fmt: skip
+    for name in rope:
+        (tmp_path / name).write_text(name)
+    code, out, err = collect(tmp_path, "2024")  # the 2024 edition: vanilla's and rope's files
+    assert code == 0, err
+    with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
+        assert sorted(z.namelist()) == sorted(names[:7] + rope + [f"src/{p.name}" for p in (ROOT / "src").glob("*.py")])
 
     code, _, err = collect(tmp_path, "2021")  # the synthesizer's files are missing
     assert code == 1 and "synthesizer.pretrain.params" in err and not (tmp_path / "assignment5.zip").exists()

@@ -140,6 +140,7 @@ def params_files(tiny_world, tmp_path_factory):
         ("vanilla", ["vanilla"]),
         ("perceiver8", ["perceiver"]),
         ("wide", ["vanilla", "--n_embd", "32"]),
+        ("rope", ["rope"]),
     ]:
         files[name] = folder / f"{name}.params"
         assert (
@@ -170,6 +171,9 @@ def params_files(tiny_world, tmp_path_factory):
         ),
         ("perceiver8", "perceiver", ["--bottleneck_dim", "4"], "with the perceiver variant and --bottleneck_dim 8"),
         ("vanilla", "synthesizer", [], "was trained as vanilla: evaluate it with the vanilla variant"),
+        ("vanilla", "rope", [], "was trained as vanilla: evaluate it with the vanilla variant"),
+        ("rope", "vanilla", [], "was trained as rope: evaluate it with the rope variant"),
+        ("rope", "rope", ["--n_head", "1"], "another size: evaluate it with --n_head 2"),
         ("wide", "vanilla", [], "another size: evaluate it with --n_embd 32"),
         ("other_vocabulary", "vanilla", [], "has a vocabulary of"),
     ],

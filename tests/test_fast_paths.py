@@ -11,7 +11,7 @@ from trainer import Trainer, TrainerConfig, autocast_dtype
 from utils import sample, set_seed
 from world import build_world
 
-VARIANTS = ["vanilla", "perceiver", "synthesizer"]
+VARIANTS = ["vanilla", "perceiver", "synthesizer", "rope"]
 
 
 def config_for(variant, vocab_size, block_size):

@@ -10,7 +10,7 @@ from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAtte
 from checkpoint import load_params, save_params
 from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock, variant_config
 
-VARIANTS = ["vanilla", "perceiver", "synthesizer"]
+VARIANTS = ["vanilla", "perceiver", "synthesizer", "rope"]
 VOCAB, BLOCK = 40, 32
 
 
