@@ -270,15 +270,15 @@ def test_resume_without_a_checkpoint_starts_over(tiny_world, tmp_path, capsys):
     assert "starting from the beginning" in capsys.readouterr().err and params.exists()
 
 
-@pytest.mark.parametrize("corrupt_by_epoch", [False, True])
-def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path, corrupt_by_epoch):
+@pytest.mark.parametrize("corrupt_by_epoch, rope", [(False, False), (True, False), (False, True)])
+def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path, corrupt_by_epoch, rope):
     """The Trainer alone: a checkpoint written within an epoch continues exactly where the run was."""
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
         dataset = CharCorruptionDataset(f.read(), 64)
 
     def trainer(max_epochs, resume):
         torch.manual_seed(0)
-        model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16))
+        model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16, rope=rope))
         config = TrainerConfig(
             max_epochs=max_epochs,
             batch_size=8,
@@ -367,7 +367,7 @@ def test_messy_files_run_end_to_end(tiny_world, tmp_path, capsys):
 # --- torchrun --------------------------------------------------------------------------------------------
 
 
-def train_on_ranks(rank, world_size, port, wiki, results):
+def train_on_ranks(rank, world_size, port, wiki, results, rope=False):
     """One rank of a DDP run (or the single process) on the tiny world, without dropout."""
     import torch.distributed as dist
 
@@ -379,7 +379,15 @@ def train_on_ranks(rank, world_size, port, wiki, results):
     dataset = CharCorruptionDataset(wiki, 64)
     model = GPT(
         GPTConfig(
-            dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0
+            dataset.vocab_size,
+            64,
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            embd_pdrop=0.0,
+            resid_pdrop=0.0,
+            attn_pdrop=0.0,
+            rope=rope,
         )
     )
     config = TrainerConfig(
@@ -409,12 +417,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_ranks_train_like_one_process(tiny_world, tmp_path):
+@pytest.mark.parametrize("rope", [False, True])
+def test_two_ranks_train_like_one_process(tiny_world, tmp_path, rope):
     """Same global batches and schedule: two gloo ranks end where one process does (up to float rounding)."""
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
         wiki = f.read()
-    train_on_ranks(0, 1, None, wiki, tmp_path / "one.pt")
-    mp.start_processes(train_on_ranks, args=(2, free_port(), wiki, tmp_path / "two.pt"), nprocs=2, start_method="spawn")
+    train_on_ranks(0, 1, None, wiki, tmp_path / "one.pt", rope)
+    mp.start_processes(
+        train_on_ranks, args=(2, free_port(), wiki, tmp_path / "two.pt", rope), nprocs=2, start_method="spawn"
+    )
     one, two = torch.load(tmp_path / "one.pt", weights_only=True), torch.load(tmp_path / "two.pt", weights_only=True)
     assert one["step"] == two["step"] == 12
     assert one["losses"] == pytest.approx(two["losses"], rel=1e-4)
