@@ -505,7 +505,7 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     assert "training with --recipe cpu" in done.stderr
     commands = [line.split() for line in done.stderr.splitlines() if " src/run.py " in line]
     trainings = [c for c in commands if c[2] in ("pretrain", "finetune")]
-    assert len(commands) == 18 and len(trainings) == 9
+    assert len(commands) == 19 and len(trainings) == 9
     assert all(c[c.index("--recipe") + 1] == "cpu" for c in trainings)
     rows = (tmp_path / "results.md").read_text(encoding="utf-8").splitlines()
     assert [row.split("|")[1].strip() for row in rows[3:]] == [
