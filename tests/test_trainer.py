@@ -105,8 +105,8 @@ def test_the_default_groups_leave_the_loss_plateau_sooner():
     The reason the decay groups matter, in seconds: on a generated world, at a raised learning
     rate, the default (the course's) groups (which shrink the LayerNorm gains and so the attention scores)
     train the span-corruption loss down further than the Linear-only groups, whose attention
-    scores grow several times larger (near one-hot attention, whose softmax passes little
-    gradient). Both runs are identical but for the groups.
+    scores grow larger (nearer one-hot attention, whose softmax passes less gradient). Both runs
+    are identical but for the groups.
     """
     pre = CharCorruptionDataset(build_world(n_train=128, n_dev=10, n_test=10)["wiki.txt"], 128)
     probe = torch.stack([pre[i][0] for i in range(16)])
@@ -127,13 +127,17 @@ def test_the_default_groups_leave_the_loss_plateau_sooner():
         )
         trainer = Trainer(model, pre, None, config)
         trainer.train()
-        runs.append((trainer.epoch_losses, attention_logit_rms(model, probe)))
-    (course, course_scores), (matmul, matmul_scores) = runs
+        gains = [block.ln1.weight.mean().item() for block in model.blocks]
+        runs.append((trainer.epoch_losses, gains, attention_logit_rms(model, probe)))
+    (course, course_gains, course_scores), (matmul, matmul_gains, matmul_scores) = runs
     assert course[0] == pytest.approx(matmul[0], abs=0.02), "the first epoch is nearly the same"
-    # The gap was 0.05 and 0.09 on two machines of the same kind (2.61 against 2.70 here): floating-point
-    # kernels move one trajectory that much, so the test asks for the direction with a margin, not a level.
+    # Floating-point kernels move one trajectory: the loss gap was 0.05-0.09 and the larger layer's
+    # scores 64 against 154 with two threads, 138 against 197 with one. So the test asks for directions
+    # with margins: the decayed gains (0.48-0.63 against 0.87-1.02 with one or two threads), and the
+    # scores summed over the layers (0.42 and 0.56 of the Linear-only groups').
     assert course[-1] < matmul[-1] - 0.02, (course, matmul)
-    assert max(course_scores) < 0.5 * max(matmul_scores), (course_scores, matmul_scores)
+    assert all(c < 0.75 * m for c, m in zip(course_gains, matmul_gains)), (course_gains, matmul_gains)
+    assert sum(course_scores) < 0.75 * sum(matmul_scores), (course_scores, matmul_scores)
 
 
 class ScalarLog:
