@@ -113,16 +113,15 @@ class CausalCrossAttention(nn.Module):
     def forward(self, x_kv, x_q, cache=None, q_start=0):
         if x_q.size(0) != x_kv.size(0):
             x_q = x_q.expand(x_kv.size(0), -1, -1)
-        q = split_heads(self.query(x_q), self.n_head)
-        k = split_heads(self.key(x_kv), self.n_head)
-        return self.attend(q, k, split_heads(self.value(x_kv), self.n_head), cache, q_start)
-
-    def attend(self, q, k, v, cache, q_start):
-        """Attention of q over the cached keys/values and this call's k, v (B, nh, T, hs), projected out."""
-        k, v = extend_cache(self, cache, k, v)
+        q, k = self.place(split_heads(self.query(x_q), self.n_head), split_heads(self.key(x_kv), self.n_head), q_start)
+        k, v = extend_cache(self, cache, k, split_heads(self.value(x_kv), self.n_head))
         dropout = self.attn_pdrop if self.training else 0.0
         y = causal_attention(q, k, v, q_start, dropout_p=dropout)
         return self.resid_drop(self.proj(merge_heads(y)))
+
+    def place(self, q, k, q_start):
+        """Queries and keys (B, nh, T, hs) with their positions put in: none here (the GPT adds pos_emb)."""
+        return q, k
 
 
 def register_course_mask(module, block_size):
@@ -154,12 +153,14 @@ class CausalSelfAttention(CausalCrossAttention):
             self.register_buffer("rope_cache", precompute_rotary_emb(head_dim, config.block_size))
 
     def forward(self, x, cache=None, q_start=0):
+        return super().forward(x, x, cache, q_start)
+
+    def place(self, q, k, q_start):
+        """With rope, queries and keys (both from positions q_start..) rotated by their positions."""
         if not self.rope:
-            return super().forward(x, x, cache, q_start)
+            return q, k
         rope_cache = self.rope_cache[q_start:]
-        q = apply_rotary_emb(split_heads(self.query(x), self.n_head), rope_cache)
-        k = apply_rotary_emb(split_heads(self.key(x), self.n_head), rope_cache)
-        return self.attend(q, k, split_heads(self.value(x), self.n_head), cache, q_start)
+        return apply_rotary_emb(q, rope_cache), apply_rotary_emb(k, rope_cache)
 
 
 class SynthesizerAttention(nn.Module):
