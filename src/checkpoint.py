@@ -4,6 +4,7 @@ facts written beside it as <params>.json, and the one check that a file fits a m
 and RunIdentity, what a resumable training checkpoint (Trainer.state_dict) belongs to.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,8 +41,9 @@ class RunIdentity:
     mix_corpus_path: Optional[str] = None
     corrupt_by_epoch: bool = False
     max_shift: int = 0
-    weight_decay: Optional[float] = None  # --weight_decay and --decay_epochs, where given (else the recipe's)
+    weight_decay: Optional[float] = None  # where the recipe's differs from its named recipe's
     decay_epochs: Optional[int] = None
+    other_settings: Optional[str] = None  # the recipe's other changes from its named recipe, as JSON
 
     def as_dict(self):
         """As the checkpoint stores it: the fields with defaults only when set, so that older checkpoints resume."""
@@ -59,6 +61,17 @@ class ParamsError(ValueError):
 def save_params(model, path):
     """Save the model's plain state_dict, atomically."""
     atomic_write(path, lambda f: torch.save(model.state_dict(), f))
+
+
+def save_params_with_facts(model, path, facts):
+    """
+    Save the params and then their facts; the old facts go first, so that a crash in
+    between leaves params without facts, never params with another run's facts.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(facts_path(path))
+    save_params(model, path)
+    write_facts(path, facts)
 
 
 def read_state_dict(path):

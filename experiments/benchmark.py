@@ -1,8 +1,8 @@
 """
 Measures what the fast paths save, side by side in one run on this machine.
 
-    python src/benchmark.py [--variants vanilla perceiver synthesizer rope] [--eval_questions 500] [--group_by_length]
-                            [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data]
+    python experiments/benchmark.py [--variants vanilla perceiver synthesizer rope] [--eval_questions 500]
+        [--group_by_length] [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data]
 
 For each variant, with the handout's model and batch sizes, it trains one epoch of
 pretraining and one of finetuning and answers the dev questions, once the
@@ -37,6 +37,7 @@ with --full_padding --sequential_decoding (the course's loops) and once with the
 
 import argparse
 import copy
+import dataclasses
 import math
 import multiprocessing
 import shutil
@@ -46,20 +47,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import src_path  # noqa: F401
+
+# isort: split
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from config import BLOCK_SIZE, HANDOUT, LENGTH_GROUPING_POOL, MODEL
+from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, RunConfig
 from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
 from decoding import predict_places
 from distributed import pick_device
 from files import DATA_DIR
 from model import GPT, VARIANTS, variant_config
-from trainer import Trainer, TrainerConfig
+from pipeline import Stage, trainer_config
+from trainer import Trainer
 from utils import set_seed
 from world import FILES, write_world
 
-PERCEIVER_BOTTLENECK = 64  # the handout's perceiver runs
 SWEEP_STEPS = 3
 # Dense peak TFLOP/s without tensor cores (fp32, the handout's precision), from the vendors' data sheets,
 # by a part of torch.cuda.get_device_name(); the first match wins.
@@ -68,7 +72,8 @@ PEAK_FP32_TFLOPS = {"H100 PCIe": 51.0, "H100": 67.0, "H200": 67.0, "A100": 19.5,
 
 def model_config(variant, vocab_size, block_size):
     """The handout's model of a variant (the perceiver with the handout's bottleneck)."""
-    return variant_config(variant, vocab_size, block_size, bottleneck_dim=PERCEIVER_BOTTLENECK, **MODEL)
+    sizes = dict(n_layer=HANDOUT.n_layer, n_head=HANDOUT.n_head, n_embd=HANDOUT.n_embd)
+    return variant_config(variant, vocab_size, block_size, bottleneck_dim=HANDOUT_BOTTLENECK_DIM, **sizes)
 
 
 def data_folder(folder=DATA_DIR):
@@ -91,9 +96,7 @@ def load_data(folder):
 def timed_process(argv):
     """Seconds that `python src/run.py argv` takes from start to exit (SystemExit if it fails)."""
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "run.py"), *argv], capture_output=True, text=True
-    )
+    done = subprocess.run([sys.executable, str(src_path.SRC / "run.py"), *argv], capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"run.py {' '.join(argv)} failed:\n{done.stderr[-2000:]}")
@@ -145,27 +148,21 @@ def compare_processes(variant, args):
     ]
 
 
-def timed_training(model, dataset, batch_size, bucket_pool, learning_rate, skip_padding, device, epochs=1):
-    """`epochs` epochs with run.py's settings: (seconds of the fastest epoch, steps per epoch, trainer)."""
+def timed_training(function, variant, model, stage, fast, group_by_length, device, epochs=1):
+    """
+    `epochs` epochs of the stage with pipeline's trainer settings for the handout's recipe,
+    the fast way or the straightforward one: (seconds of the fastest epoch, steps per epoch, trainer).
+    """
     ends = []
 
     def epoch_end(epochs_done):
         sync(device)
         ends.append(time.perf_counter())
 
-    config = TrainerConfig(
-        max_epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        lr_decay=True,
-        warmup_tokens=HANDOUT.warmup_tokens,
-        final_tokens=HANDOUT.final_tokens(len(dataset)),
-        skip_padding=skip_padding,
-        bucket_pool=bucket_pool,
-        device=device,
-        epoch_end=epoch_end,
-    )
-    trainer = Trainer(model, dataset, None, config)
+    recipe = dataclasses.replace(HANDOUT, full_padding=not fast, group_by_length=fast and group_by_length)
+    cfg = RunConfig(function, variant, "", recipe=recipe, num_workers=0)
+    config = trainer_config(cfg, dataclasses.replace(stage, epochs=epochs), torch.device(device), epoch_end=epoch_end)
+    trainer = Trainer(model, stage.dataset, None, config)
     sync(trainer.device)
     ends.append(time.perf_counter())
     trainer.train()
@@ -209,16 +206,17 @@ def compare_variant(variant, files, args):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
         row_flops = training_flops_per_row(model)
-        pool = LENGTH_GROUPING_POOL if args.group_by_length else 1
+        stage = Stage(pretrain, 1, HANDOUT.pretrain_batch_size, HANDOUT.pretrain_lr, len(pretrain))
         seconds, steps, trainer = timed_training(
-            model, pretrain, HANDOUT.pretrain_batch_size, pool, HANDOUT.pretrain_lr, fast, args.device, args.epochs
+            "pretrain", variant, model, stage, fast, args.group_by_length, args.device, args.epochs
         )
         results[fast, "steps"] = steps / seconds
         results[fast, "tokens"] = len(pretrain) * (BLOCK_SIZE - 1) / seconds  # every row at its full length
         results[fast, "flops"] = len(pretrain) * row_flops / seconds
         results[fast, "handout"] = seconds * HANDOUT.pretrain_epochs
+        stage = Stage(names, 1, HANDOUT.finetune_batch_size, HANDOUT.finetune_lr, len(pretrain))
         results[fast, "finetune"], _, trainer = timed_training(
-            model, names, HANDOUT.finetune_batch_size, 1, HANDOUT.finetune_lr, fast, args.device
+            "finetune", variant, model, stage, fast, False, args.device
         )
     answers = {}
     for fast in (False, True):
@@ -255,7 +253,7 @@ def compare_variant(variant, files, args):
 def handout_pretraining(variant, args):
     """Seconds of one whole `run.py pretrain` process with the handout's defaults (the perceiver's bottleneck 64)."""
     work = Path(tempfile.mkdtemp(prefix="benchmark_"))
-    flags = ["--bottleneck_dim", str(PERCEIVER_BOTTLENECK)] if variant == "perceiver" else []
+    flags = ["--bottleneck_dim", str(HANDOUT_BOTTLENECK_DIM)] if variant == "perceiver" else []
     corpus = str(args.data / "wiki.txt")
     seconds = timed_process(
         ["pretrain", variant, corpus, *flags, "--device", args.device, "--writing_params_path", str(work / "p.params")]
@@ -341,7 +339,7 @@ def main(argv=None):
     parser.add_argument(
         "--group_by_length",
         action="store_true",
-        help="the fast pretraining also groups examples by length, as run.py --group_by_length does",
+        help="the fast pretraining also groups examples by length, as the recipe setting group_by_length does",
     )
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
     parser.add_argument(
@@ -384,7 +382,7 @@ def main(argv=None):
     if args.sweep:
         print(
             f"\nOne training step, batch {args.sweep_batch}, sequences of block_size-1 tokens "
-            f"(perceiver m={PERCEIVER_BOTTLENECK}):"
+            f"(perceiver m={HANDOUT_BOTTLENECK_DIM}):"
         )
         print("\n| block size | variant | step time | peak memory |")
         print("| --- | --- | --- | --- |")

@@ -1,8 +1,8 @@
 """
-Draw learning curves written by src/learning_curve.py: recall and held-out accuracy
+Draw learning curves written by experiments/learning_curve.py: recall and held-out accuracy
 against pretraining minutes, one line each per curve.
 
-    python src/plot_curves.py curves/vanilla/curve.csv curves/perceiver/curve.csv --out docs/cpu_curve.png \
+    python experiments/plot_curves.py curves/vanilla/curve.csv curves/perceiver/curve.csv --out docs/cpu_curve.png \
         [--baseline 6.25 --baseline_label "most frequent place"]
 
 A curve is labelled with its folder's name unless --labels names them. Needs matplotlib
@@ -14,6 +14,9 @@ import csv
 import os
 import sys
 
+import src_path  # noqa: F401
+
+# isort: split
 from files import atomic_write
 
 
@@ -34,7 +37,7 @@ def read_curve(path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("curves", nargs="+", help="curve.csv files of src/learning_curve.py")
+    parser.add_argument("curves", nargs="+", help="curve.csv files of experiments/learning_curve.py")
     parser.add_argument("--labels", nargs="+", help="one label per curve (default: the folder's name)")
     parser.add_argument("--title", default="")
     parser.add_argument(

@@ -1,0 +1,71 @@
+"""
+on_epoch_end hooks for pipeline.pretrain and pipeline.finetune (each gets a pipeline.EpochEnd
+on rank 0 after every epoch): a birthplace-recall probe, and snapshots of the params.
+"""
+
+import os
+import re
+
+import src_path  # noqa: F401
+
+# isort: split
+from tqdm.auto import tqdm
+
+from checkpoint import save_params_with_facts
+from dataset import question_place_pairs
+from decoding import birthplace_recall, predict_places
+from pipeline import UNSHIFTED_SUFFIX, encodable_questions, read_pairs
+
+
+def recall_probe(pairs_path, every):
+    """
+    Every `every` epochs: how many birthplaces of the question<TAB>place file at `pairs_path`
+    the model completes from their biographies in the corpus, and how many of its questions
+    it answers (on the bar's stream, and in TensorBoard as probe/recall and probe/accuracy).
+    """
+    pairs = [(question, place) for _, question, place in read_pairs(pairs_path, "probe corpus", question_place_pairs)]
+
+    def probe(end):
+        if end.epoch % every:
+            return
+        corpus = end.corpus
+        recalled, probed = birthplace_recall(end.model, corpus.data, pairs, corpus.stoi, corpus.itos, end.device)
+        questions = encodable_questions(corpus, [question for question, _ in pairs], "probe questions")
+        answers = predict_places(end.model, questions, corpus.stoi, corpus.itos, end.device)
+        answered = sum(answer == place for answer, (_, place) in zip(answers, pairs))
+        recall, accuracy = recalled / max(1, probed), answered / len(pairs)
+        tqdm.write(
+            f"epoch {end.epoch}: recalls {recalled} of {probed} birthplaces of {pairs_path} "
+            f"({recall:.1%}), answers {answered} of its {len(pairs)} questions ({accuracy:.1%})"
+        )
+        if end.writer is not None:
+            end.writer.add_scalar("probe/recall", recall, end.epoch)
+            end.writer.add_scalar("probe/accuracy", accuracy, end.epoch)
+
+    return probe
+
+
+def save_snapshots(every):
+    """
+    Every `every` epochs, the params as <params>.epoch<E>, their facts holding the epochs and
+    the seconds spent training so far (for learning curves; with a shifted pretraining stage,
+    the first stage's are <params>.unshifted.epoch<E>).
+    """
+
+    def snapshot(end):
+        if end.epoch % every == 0:
+            facts = dict(end.facts, epochs=end.epoch, training_seconds=round(end.training_seconds, 1))
+            save_params_with_facts(end.model, f"{end.params_path}.epoch{end.epoch}", facts)
+
+    return snapshot
+
+
+def snapshots(params_path):
+    """[(epochs, path)] of the snapshots save_snapshots wrote for params_path, by epoch."""
+    folder, name = os.path.split(params_path)
+    found = []
+    for entry in os.listdir(folder or "."):
+        match = re.fullmatch(re.escape(name) + rf"(?:{re.escape(UNSHIFTED_SUFFIX)})?\.epoch(\d+)", entry)
+        if match:
+            found.append((int(match.group(1)), os.path.join(folder, entry)))
+    return sorted(found)
