@@ -2,7 +2,8 @@
 # Builds assignment5.zip from src/ and the params and predictions that run.sh writes.
 #   ./collect_submission.sh [all|2021|2023|2024]
 #   2021: the edition with the synthesizer; 2023: the edition with the perceiver;
-#   2024: the edition with rope; all (default): the three. Fails, naming every missing file, before writing anything; a
+#   2024: the edition with rope; all (default): the three. The zip holds the course's modules
+#   (COURSE_SOURCES) and the edition's params and predictions. Fails, naming every missing file, before writing anything; a
 #   failing call also removes an earlier assignment5.zip, so that no zip is left that
 #   this call did not build.
 set -euo pipefail
@@ -27,6 +28,12 @@ case $edition in
   *) echo "collect_submission.sh: unknown edition '$edition' (use all, 2021, 2023 or 2024)" >&2; exit 2 ;;
 esac
 
+# The course's modules and what they import; the research scripts and the demo world stay out.
+COURSE_SOURCES=(src/run.py src/dataset.py src/model.py src/models.py src/attention.py src/trainer.py src/utils.py
+                src/london_baseline.py src/arguments.py src/pipeline.py src/config.py src/checkpoint.py
+                src/batching.py src/decoding.py src/distributed.py src/files.py)
+files=("${COURSE_SOURCES[@]}" "${files[@]}")
+
 missing=()
 for f in "${files[@]}"; do
   [[ -f $f ]] || missing+=("$f")
@@ -41,8 +48,8 @@ import sys, zipfile
 from pathlib import Path
 
 with zipfile.ZipFile("assignment5.zip.tmp", "w", zipfile.ZIP_DEFLATED) as z:
-    for path in sorted(Path("src").glob("*.py")) + [Path(f) for f in sys.argv[1:]]:
+    for path in sys.argv[1:]:
         z.write(path)
 Path("assignment5.zip.tmp").replace("assignment5.zip")
 PY
-echo "wrote assignment5.zip (src/ and ${#files[@]} files)"
+echo "wrote assignment5.zip (${#COURSE_SOURCES[@]} course modules and $(( ${#files[@]} - ${#COURSE_SOURCES[@]} )) params and predictions files)"

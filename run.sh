@@ -7,11 +7,11 @@
 #   ./run.sh                      the handout's settings with a CUDA GPU (budgeted at two GPU-hours per pretraining);
 #                                 without one, the cpu recipe (420 epochs of a 128-wide model at
 #                                 batch 32, then 20 on shifted examples: about 1 h 40 min per
-#                                 pretraining on 2 cores; README, "Pretraining on a CPU")
+#                                 pretraining on 2 cores; docs/cpu-recipe.md)
 #   ./run.sh --max_epochs 1 ...   any run.py overrides, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)
 #
-#   ./run.sh demo                 no data and no GPU needed: the experiment on a generated world (README, "The demo")
+#   ./run.sh demo                 no data and no GPU needed: the experiment on a generated world (docs/demo.md)
 #
 # Stops at the first failing command. PYTHON picks the interpreter (default: python3).
 set -euo pipefail
@@ -51,11 +51,12 @@ demo() {
   mkdir -p "$dir"
   step "demo world" run_echoed "$PY" src/world.py "$w" "${world[@]}" --seed "$DEMO_SEED" >&2
   step "pretraining" run_echoed "$PY" src/run.py pretrain vanilla "$w/wiki.txt" "${DEMO_MODEL[@]}" --seed "$DEMO_SEED" \
-    --max_epochs "$DEMO_EPOCHS" --batch_size 32 --pretrain_lr 3e-3 \
-    --probe_corpus_path "$w/birth_dev.tsv" --probe_every "$DEMO_EPOCHS" --writing_params_path "$dir/pretrain.params" \
-    2>&1 | tee "$dir/pretrain.log" >&2
+    --max_epochs "$DEMO_EPOCHS" --batch_size 32 --pretrain_lr 3e-3 --writing_params_path "$dir/pretrain.params"
   local recall
-  recall=$(grep -ao 'recalls [0-9]* of [0-9]* birthplaces' "$dir/pretrain.log" | tail -1)
+  recall=$(step "pretrained model: dev birthplaces recalled from the biographies" run_echoed "$PY" \
+    experiments/recall.py vanilla "$w/wiki.txt" --reading_params_path "$dir/pretrain.params" \
+    --eval_corpus_path "$w/birth_dev.tsv")
+  recall=$(grep -ao 'recalls [0-9]* of [0-9]* birthplaces' <<< "$recall")
   step "finetuning the pretrained model" run_echoed "$PY" src/run.py finetune vanilla "$w/wiki.txt" \
     --reading_params_path "$dir/pretrain.params" --writing_params_path "$dir/finetune.params" \
     --finetune_corpus_path "$w/birth_places_train.tsv" --max_epochs 10 --batch_size 32 --finetune_lr 1e-3 --dropout 0 \
@@ -103,7 +104,7 @@ for f in wiki.txt birth_places_train.tsv birth_dev.tsv birth_test_inputs.tsv; do
 done
 
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-  echo "run.sh: no CUDA GPU: training with --recipe cpu (README: Pretraining on a CPU)" >&2
+  echo "run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)" >&2
   OVERRIDES=(--recipe cpu "$@")  # first, so that a --recipe among the overrides wins
 fi
 
@@ -134,9 +135,10 @@ step "vanilla without pretraining" run_py finetune vanilla wiki.txt \
   --writing_params_path vanilla.model.params --finetune_corpus_path birth_places_train.tsv
 evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain
 
+BOTTLENECK=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import HANDOUT_BOTTLENECK_DIM; print(HANDOUT_BOTTLENECK_DIM)')
 for variant in vanilla perceiver synthesizer rope; do
   flags=()
-  [[ $variant == perceiver ]] && flags=(--bottleneck_dim 64)
+  [[ $variant == perceiver ]] && flags=(--bottleneck_dim "$BOTTLENECK")
   step "$variant pretraining" run_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --writing_params_path "$variant.pretrain.params"
   step "$variant finetuning" run_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \

@@ -5,6 +5,7 @@ on rank 0 after every epoch): a birthplace-recall probe, and snapshots of the pa
 
 import os
 import re
+import sys
 
 import src_path  # noqa: F401
 
@@ -36,7 +37,8 @@ def recall_probe(pairs_path, every):
         recall, accuracy = recalled / max(1, probed), answered / len(pairs)
         tqdm.write(
             f"epoch {end.epoch}: recalls {recalled} of {probed} birthplaces of {pairs_path} "
-            f"({recall:.1%}), answers {answered} of its {len(pairs)} questions ({accuracy:.1%})"
+            f"({recall:.1%}), answers {answered} of its {len(pairs)} questions ({accuracy:.1%})",
+            file=sys.stderr,
         )
         if end.writer is not None:
             end.writer.add_scalar("probe/recall", recall, end.epoch)

@@ -77,8 +77,9 @@ def build_parser(prog="run.py", description=None):
         help="training settings: handout (default) or cpu, a schedule for a CPU (docs/cpu-recipe.md)",
     )
     m = p.add_argument_group("model size (default: the recipe's, or the params' own)")
+    what = dict(n_layer="Transformer blocks", n_head="attention heads per block", n_embd="width of every block")
     for name in SIZE_FLAGS:
-        m.add_argument(f"--{name}", type=positive_int, help=f"default {getattr(HANDOUT, name)}")
+        m.add_argument(f"--{name}", type=positive_int, help=f"{what[name]} (default {getattr(HANDOUT, name)})")
     m.add_argument(
         "--bottleneck_dim", type=positive_int, help=f"the perceiver's latent length m (default {BOTTLENECK_DIM})"
     )
@@ -158,7 +159,9 @@ def exit_status(prog, call):
     call()'s exit status as a command's: 0; 2 with a ConfigError said in one line; 128 + the
     signal for an interrupted training (its checkpoint kept). torchrun's process group ends here.
     """
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    said = logging.StreamHandler(sys.stderr)  # the library's warnings, one plain line each
+    said.setFormatter(logging.Formatter("%(message)s"))
+    logging.getLogger().addHandler(said)
     try:
         call()
     except ConfigError as e:
@@ -169,6 +172,7 @@ def exit_status(prog, call):
         print(f"{prog}: {e}: run the same command with --resume to go on", file=sys.stderr)
         return 128 + e.signum
     finally:
+        logging.getLogger().removeHandler(said)
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     return 0

@@ -297,6 +297,8 @@ class TensorBoardLog:
         if self.writer is None:
             return
         try:
+            if not os.path.isdir(self.log_dir):  # checked first: the writer's thread would die on it with a traceback
+                raise FileNotFoundError(f"{self.log_dir} was removed")
             getattr(self.writer, method)(*args)
         except Exception as e:  # a full disk, the folder removed: the training matters more than its log
             logger.warning("TensorBoard log %s stopped (%s); training goes on without it", self.log_dir, e)
@@ -534,7 +536,7 @@ def check_first_stage(cfg, unshifted):
     if cfg.reading_params_path and os.path.realpath(cfg.reading_params_path) == os.path.realpath(unshifted):
         raise ConfigError(
             f"--reading_params_path {cfg.reading_params_path} is where this run's first stage writes "
-            "(the recipe's shifted stage is on): give --set shifted_epochs=0 to go on from those params alone, "
+            "(the recipe's shifted stage is on): give --shifted_epochs 0 to go on from those params alone, "
             "or another --writing_params_path"
         )
     check_writable(unshifted, "the first stage's params")
@@ -542,7 +544,7 @@ def check_first_stage(cfg, unshifted):
     if cfg.resume and os.path.exists(checkpoint) and not os.path.exists(unshifted + ".ckpt"):
         raise ConfigError(
             f"--resume: {checkpoint} has no first stage's checkpoint {unshifted}.ckpt beside it, so it is not "
-            "from a run with the recipe's shifted stage: resume it with --set shifted_epochs=0, or remove it"
+            "from a run with the recipe's shifted stage: resume it with --shifted_epochs 0, or remove it"
         )
 
 

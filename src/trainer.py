@@ -15,7 +15,7 @@ By default it optimises exactly as the course's trainer does:
 decay_groups="matmul" (nanoGPT's groups: only the weights of Linear layers decayed)
 and lr_schedule="clamped" (the rate stays on the 10% floor once there) are the
 alternatives, for ablations; the decay groups alone cost the course's recipe most of
-its accuracy (README).
+its accuracy (docs/optimisation.md).
 
 Exact savings, on by default: every batch is cut after its last target that is not
 the pad (the loss ignores pad targets and every model here is causal); on the CPU a

@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "experiments"))
 
 # The working directory of the command lines the tests run, so that their TensorBoard logs
 # (expt/ under the working directory) stay out of the checkout.
@@ -106,7 +107,5 @@ def tiny_world(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def tensorboard_logs_outside_the_checkout(monkeypatch):
-    """In-process runs write their TensorBoard logs under RUNS_DIR too."""
-    import run
-
-    monkeypatch.setattr(run, "TENSORBOARD_ROOT", str(RUNS_DIR / "expt"))
+    """In-process runs work in RUNS_DIR too, so that their TensorBoard logs (expt/) stay out of the checkout."""
+    monkeypatch.chdir(RUNS_DIR)

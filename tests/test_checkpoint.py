@@ -3,8 +3,10 @@
 import dataclasses
 
 import pytest
+import torch
 
-from checkpoint import ParamsError, RunIdentity, read_facts, write_facts
+import checkpoint
+from checkpoint import ParamsError, RunIdentity, read_facts, save_params_with_facts, write_facts
 
 IDENTITY = RunIdentity(
     function="pretrain", variant="vanilla", n_layer=4, n_head=8, n_embd=256, bottleneck_dim=None, vocab_size=256,
@@ -29,3 +31,19 @@ def test_facts_round_trip_and_a_broken_facts_file_is_one_line(tmp_path):
     (tmp_path / "p.params.json").write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(ParamsError, match=r"p.params.json \(what .* is\) cannot be read: not a JSON object"):
         read_facts(params)
+
+
+def test_params_never_keep_another_runs_facts(tmp_path, monkeypatch):
+    """A crash while the params are written leaves params without facts, not with the earlier run's."""
+    params = str(tmp_path / "p.params")
+    model = torch.nn.Linear(2, 2)
+    save_params_with_facts(model, params, {"variant": "vanilla", "run": 1})
+    assert read_facts(params) == {"variant": "vanilla", "run": 1}
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "save_params", crash)
+    with pytest.raises(OSError):
+        save_params_with_facts(model, params, {"variant": "vanilla", "run": 2})
+    assert read_facts(params) is None

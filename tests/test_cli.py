@@ -12,8 +12,10 @@ import zipfile
 import pytest
 import torch
 
-import learning_curve
-import run
+import arguments
+import hooks
+import pipeline
+import probed_pretraining
 from checkpoint import read_facts, save_params
 from config import BLOCK_SIZE, HANDOUT, RECIPES
 from conftest import CPU_FLAGS, ROOT, SMALL, cli, evaluate_args, finetune_args
@@ -139,8 +141,9 @@ def test_the_shifted_stage_is_pretraining_continued_with_its_flags(tiny_world, t
 
     # snapshots: the first stage's beside its params, the second stage's counting on from them
     snapshots = tmp_path / "snapshots" / "p.params"
-    assert main(*common, "--shifted_epochs", 2, "--save_every", 2, "--writing_params_path", snapshots) == 0
-    assert learning_curve.snapshots(str(snapshots)) == [
+    flags = ["--shifted_epochs", 2, "--save_every", 2, "--writing_params_path", snapshots]
+    assert probed_pretraining.main([str(a) for a in [*common, *flags]]) == 0
+    assert hooks.snapshots(str(snapshots)) == [
         (2, f"{snapshots}.unshifted.epoch2"),
         (4, f"{snapshots}.epoch4"),
     ]
@@ -266,7 +269,7 @@ def test_benchmark_sweep_runs(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "src" / "benchmark.py"),
+            str(ROOT / "experiments" / "benchmark.py"),
             "--skip_comparison",
             "--sweep",
             "32",
@@ -301,7 +304,7 @@ def benchmark_rows(tiny_world, tmp_path, *flags):
     """benchmark.py's vanilla rows on the tiny world, without the sweep: [(measure, straightforward, fast, ratio)]."""
     argv = ["--data", benchmark_data(tiny_world, tmp_path / "data"), "--sweep", "--variants", "vanilla", *flags]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "src" / "benchmark.py"), *map(str, argv), "--device", "cpu"],
+        [sys.executable, str(ROOT / "experiments" / "benchmark.py"), *map(str, argv), "--device", "cpu"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -351,22 +354,24 @@ def test_benchmark_compares_whole_processes(tiny_world, tmp_path):
 
 
 def test_recipes_fill_in_the_settings_and_flags_win():
-    parser = run.build_parser()
-    handout = run.recipe_of(parser.parse_args(["pretrain", "vanilla", "w.txt"]))
+    def recipe(*argv):
+        return arguments.parse(list(argv), arguments.build_parser())[0].recipe
+
+    handout = recipe("pretrain", "vanilla", "w.txt")
     assert handout == HANDOUT and handout.pretrain_lr == 6e-3 and handout.dropout == 0.1
-    cpu = run.recipe_of(parser.parse_args(["pretrain", "vanilla", "w.txt", "--recipe", "cpu"]))
+    cpu = recipe("pretrain", "vanilla", "w.txt", "--recipe", "cpu")
     assert cpu == RECIPES["cpu"] and cpu.pretrain_batch_size < handout.pretrain_batch_size
-    overridden = run.recipe_of(
-        parser.parse_args(
-            ["pretrain", "vanilla", "w.txt", "--recipe", "cpu", "--pretrain_lr", "5e-4", "--dropout", "0.2"]
-        )
-    )
+    overridden = recipe("pretrain", "vanilla", "w.txt", "--recipe", "cpu", "--pretrain_lr", "5e-4", "--dropout=0.2")
     assert overridden == dataclasses.replace(cpu, pretrain_lr=5e-4, dropout=0.2)
     assert cpu.shifted_epochs > 0 and handout.shifted_epochs == 0
-    unshifted = run.recipe_of(
-        parser.parse_args(["finetune", "vanilla", "w.txt", "--recipe", "cpu", "--shifted_epochs", "0"])
-    )
+    unshifted = recipe("finetune", "vanilla", "w.txt", "--recipe", "cpu", "--shifted_epochs", "0")
     assert unshifted == dataclasses.replace(cpu, shifted_epochs=0)
+    # every field of a recipe is a flag; a yes/no one is on alone and off with no-
+    switched = recipe("pretrain", "vanilla", "w.txt", "--recipe", "cpu", "--no-group_by_length", "--full_padding")
+    assert switched == dataclasses.replace(cpu, group_by_length=False, full_padding=True)
+    assert recipe("pretrain", "vanilla", "w.txt", "--warmup_tokens", "7", "--decay_groups", "matmul") == (
+        dataclasses.replace(HANDOUT, warmup_tokens=7, decay_groups="matmul")
+    )
 
 
 def test_a_recipe_sets_the_model_size_length_grouping_and_optimisation_and_flags_win(tiny_world, tmp_path, monkeypatch):
@@ -391,9 +396,10 @@ def test_a_recipe_sets_the_model_size_length_grouping_and_optimisation_and_flags
 
 
 @pytest.mark.parametrize("corrupt_by_epoch", [False, True])
-def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, corrupt_by_epoch):
+def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, corrupt_by_epoch, capsys):
+    """experiments/probed_pretraining.py: the recall probe through both stages of the cpu recipe."""
     params = tmp_path / "pre.params"
-    code, _, err = cli(
+    argv = [
         "pretrain",
         "vanilla",
         tiny_world["wiki.txt"],
@@ -412,8 +418,10 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
         "--keep_checkpoint",
         *SMALL,
         *(["--corrupt_by_epoch"] if corrupt_by_epoch else []),
-    )
-    assert code == 0, err
+    ]
+    capsys.readouterr()
+    assert probed_pretraining.main([str(a) for a in argv]) == 0
+    err = capsys.readouterr().err
     reports = [line for line in err.replace("\r", "\n").splitlines() if "birthplaces of" in line]
     assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2", "epoch 3"]  # the shifted stage's epoch 3
     assert all(" of 24 birthplaces of " in r for r in reports)  # every dev person's document names the place
@@ -427,7 +435,10 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
 
 @pytest.mark.slow
 def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, monkeypatch):
-    """--mix_corpus_path trains on the pairs in finetuning's format: the pretrained model already answers them."""
+    """
+    probed_pretraining.py --mix_corpus_path trains on the pairs in finetuning's format: the
+    pretrained model already answers them.
+    """
     configs = []
 
     class RecordingTrainer(Trainer):
@@ -435,33 +446,31 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
             configs.append(config)
             super().__init__(model, train_dataset, test_dataset, config)
 
-    monkeypatch.setattr(run, "Trainer", RecordingTrainer)
+    monkeypatch.setattr(pipeline, "Trainer", RecordingTrainer)
     wiki, train = tiny_world["wiki.txt"], tiny_world["train.tsv"]
     params, outputs = tmp_path / "pre.params", tmp_path / "train.predictions"
-    assert (
-        main(
-            "pretrain",
-            "vanilla",
-            wiki,
-            "--writing_params_path",
-            params,
-            "--max_epochs",
-            100,
-            "--pretrain_lr",
-            3e-3,
-            "--dropout",
-            0,
-            "--mix_corpus_path",
-            train,
-            "--keep_checkpoint",
-            "--probe_corpus_path",
-            train,
-            "--probe_every",
-            100,
-            *SMALL,
-        )
-        == 0
-    )
+    argv = [
+        "pretrain",
+        "vanilla",
+        wiki,
+        "--writing_params_path",
+        params,
+        "--max_epochs",
+        100,
+        "--pretrain_lr",
+        3e-3,
+        "--dropout",
+        0,
+        "--mix_corpus_path",
+        train,
+        "--keep_checkpoint",
+        "--probe_corpus_path",
+        train,
+        "--probe_every",
+        100,
+        *SMALL,
+    ]
+    assert probed_pretraining.main([str(a) for a in argv]) == 0
     probe = capsys.readouterr().err.replace("\r", "\n")
     probe_answered = int(re.search(r"epoch 100: .* answers (\d+) of its 60 questions", probe).group(1))
     identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
@@ -542,6 +551,7 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     """
     shutil.copy(ROOT / "run.sh", tmp_path)  # run.sh works in its own folder: the demo's files stay out of the checkout
     (tmp_path / "src").symlink_to(ROOT / "src")
+    (tmp_path / "experiments").symlink_to(ROOT / "experiments")
     env = {
         **os.environ,
         "PYTHON": sys.executable,
@@ -605,10 +615,17 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
     ]
     for name in names:
         (tmp_path / name).write_text(name)
+    # the course's modules and what they import: everything in src/ but the demo world's generator
+    course = [f"src/{p.name}" for p in (ROOT / "src").glob("*.py") if p.name != "world.py"]
     code, out, err = collect(tmp_path, "2023")
     assert code == 0 and "wrote assignment5.zip" in out, err
     with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
-        assert sorted(z.namelist()) == sorted(names + [f"src/{p.name}" for p in (ROOT / "src").glob("*.py")])
+        assert sorted(z.namelist()) == sorted(names + course)
+        z.extractall(tmp_path / "unzipped")
+    help_text = subprocess.run(
+        [sys.executable, str(tmp_path / "unzipped" / "src" / "run.py"), "--help"], capture_output=True, text=True
+    )
+    assert help_text.returncode == 0 and "pretrain_corpus_path" in help_text.stdout, help_text.stderr  # self-contained
 
     rope = [f"rope.{kind}" for kind in ["pretrain.params", "finetune.params", "pretrain.dev.predictions",
                                         "pretrain.test.predictions"]]  # fmt: skip
@@ -617,7 +634,7 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
     code, out, err = collect(tmp_path, "2024")  # the 2024 edition: vanilla's and rope's files
     assert code == 0, err
     with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
-        assert sorted(z.namelist()) == sorted(names[:7] + rope + [f"src/{p.name}" for p in (ROOT / "src").glob("*.py")])
+        assert sorted(z.namelist()) == sorted(names[:7] + rope + course)
 
     code, _, err = collect(tmp_path, "2021")  # the synthesizer's files are missing
     assert code == 1 and "synthesizer.pretrain.params" in err and not (tmp_path / "assignment5.zip").exists()

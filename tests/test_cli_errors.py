@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import london_baseline
+import probed_pretraining
 from conftest import ROOT, SMALL, TINY, cli, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
@@ -77,14 +78,6 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
             "line 2: expected 'question' on every line",
         ),
         (
-            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--mix_corpus_path", mixed],
-            f"{mixed}: line 2: expected 'question<TAB>place'",
-        ),
-        (
-            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--probe_corpus_path", mixed],
-            f"{mixed}: line 2: expected 'question<TAB>place'",
-        ),
-        (
             ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--n_head", "3"],
             "must be a multiple of --n_head 3",
         ),
@@ -116,12 +109,22 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
         main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--max_epochs", "0")
     assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        main(
-            *finetune_args("vanilla", wiki, tmp_path / "x.params", train),
-            "--mix_corpus_path",
-            train,
-        )
-    assert exit_info.value.code == 2 and "--mix_corpus_path is for pretrain" in capsys.readouterr().err
+        main(*finetune_args("vanilla", wiki, tmp_path / "x.params", train), "--mix_corpus_path", train)
+    assert exit_info.value.code == 2 and "unrecognized arguments: --mix_corpus_path" in capsys.readouterr().err
+
+    # the research pretraining's own inputs: the same one-line errors, before any work
+    research = [
+        (["--mix_corpus_path", mixed], f"{mixed}: line 2: expected 'question<TAB>place'"),
+        (["--probe_corpus_path", mixed], f"{mixed}: line 2: expected 'question<TAB>place'"),
+        (["--mix_corpus_path", train, "--corrupt_by_epoch"], "cannot be combined with mixed pairs"),
+    ]
+    for flags, message in research:
+        capsys.readouterr()
+        argv = ["pretrain", "vanilla", wiki, *SMALL, "--writing_params_path", tmp_path / "x.params", *flags]
+        assert probed_pretraining.main([str(a) for a in argv]) == 2, flags
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x.params").exists()
 
 
 # --- params, corpora, question files and outputs --------------------------------------------------------
@@ -384,57 +387,41 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--dropout", "1"],
-            "must be at least 0 and below 1",
+            "--dropout must be below 1, got 1.0",
         ),
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
         (
-            [
-                *finetune_args("vanilla", "WIKI", "x", "WIKI"),
-                "--probe_corpus_path",
-                "WIKI",
-            ],
-            "--probe_corpus_path is for pretrain",
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--decay_groups", "nanogpt"],
+            "--decay_groups must be one of course, matmul, got 'nanogpt'",
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "inf"],
-            "must be a positive finite number, got inf",
+            "--pretrain_lr must be a finite number, got inf",
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "nan"],
-            "must be a positive finite number, got nan",
+            "--pretrain_lr must be a finite number, got nan",
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--weight_decay", "-0.1"],
-            "must be a finite number of at least 0, got -0.1",
+            "--weight_decay must be at least 0, got -0.1",
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--decay_epochs", "0"],
-            "must be a positive integer, got 0",
+            "--decay_epochs must be positive, got 0",
         ),
         (
             ["pretrain", "perceiver", "WIKI", "--writing_params_path", "x", "--bottleneck_dim", "256"],
             "--bottleneck_dim 256 is more than the block size 128",
         ),
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
-        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--corrupt_by_epoch"], "--corrupt_by_epoch is for pretrain"),
-        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--max_shift", "4"], "--max_shift is for pretrain"),
-        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max_shift", "15"], "invalid choice: 15"),
+        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout", "x"], "--dropout x: 'x' is not a float"),
+        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--full_padding=maybe"], "'maybe' is not a bool"),
+        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout"], "--dropout needs a value"),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max_shift", "15"], "at most 14, got 15"),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--shifted_epochs", "-1"],
-            "must be an integer of at least 0, got -1",
-        ),
-        (
-            [
-                "pretrain",
-                "vanilla",
-                "WIKI",
-                "--writing_params_path",
-                "x",
-                "--corrupt_by_epoch",
-                "--mix_corpus_path",
-                "x",
-            ],
-            "cannot be combined with --mix_corpus_path",
+            "--shifted_epochs must be at least 0, got -1",
         ),
     ],
 )

@@ -1,4 +1,4 @@
-"""src/learning_curve.py, plot_curves.py and position_probe.py on a small world: snapshots, scores, the picture."""
+"""The research scripts in experiments/ on a small world: snapshots, scores, the picture, the recall probes."""
 
 import csv
 
@@ -7,7 +7,7 @@ import torch
 
 import learning_curve
 import plot_curves
-import position_probe
+import recall
 from checkpoint import read_facts
 from conftest import SMALL
 
@@ -16,6 +16,7 @@ from conftest import SMALL
 def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path, capsys):
     out = tmp_path / "curve"
     argv = [
+        "pretrain",
         "vanilla",
         tiny_world["wiki.txt"],
         "--every",
@@ -26,7 +27,6 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
         tiny_world["dev.tsv"],
         "--out",
         str(out),
-        "--",
         "--max_epochs",
         "2",
         *SMALL,
@@ -68,14 +68,14 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     # the position probe: as pretraining lays the biography out, it recalls what the curve's last row recalled
     capsys.readouterr()
     common = ["vanilla", tiny_world["wiki.txt"], "--eval_corpus_path", tiny_world["dev.tsv"]]
-    assert position_probe.main([*common, "--reading_params_path", str(out / "pretrain.params")]) == 0
+    assert recall.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--positions"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"as pretraining lays it out: recalls {rows[-1]['recalled']} of 24 ")
     assert [line.split(":")[0] for line in lines[1:]] == ["after ' '", f"after {' ' * 10!r}", "after 'Where was '"]
     assert all(" of 24 " in line for line in lines)
-    assert position_probe.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--prefix", ""]) == 0
+    assert recall.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--prefix", ""]) == 0
     plain, empty_prefix = capsys.readouterr().out.splitlines()
     assert plain.split(":")[1] == empty_prefix.split(":")[1]  # nothing before the biography: the same prompts
-    with pytest.raises(SystemExit) as exit_info:
-        position_probe.main([*common, "--reading_params_path", str(out / "missing.params")])
-    assert exit_info.value.code == 2 and "missing.params does not exist" in capsys.readouterr().err
+    assert recall.main([*common, "--reading_params_path", str(out / "missing.params")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("recall.py: error: ") and err.endswith("missing.params does not exist"), err

@@ -12,6 +12,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+import pipeline
+from checkpoint import read_facts
+from config import RunConfig
 from conftest import RUN_PY, RUNS_DIR, TINY, cli, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
@@ -268,6 +271,25 @@ def test_resume_without_a_checkpoint_starts_over(tiny_world, tmp_path, capsys):
         == 0
     )
     assert "starting from the beginning" in capsys.readouterr().err and params.exists()
+
+
+def test_training_outlives_its_tensorboard_folder(tiny_world, tmp_path, caplog):
+    """Removing expt/ under a running training costs its log, in one line, not the training."""
+    removed = []
+
+    def remove_the_log(end):
+        if end.epoch == 1:
+            shutil.rmtree(end.writer.log_dir)
+            removed.append(end.writer.log_dir)
+
+    cfg = RunConfig(
+        "pretrain", "vanilla", tiny_world["wiki.txt"], writing_params_path=str(tmp_path / "p.params"), max_epochs=3,
+        n_layer=2, n_head=2, n_embd=16, batch_size=16, device="cpu", tensorboard_root=str(tmp_path / "expt"),
+    )  # fmt: skip
+    pipeline.pretrain(cfg, on_epoch_end=[remove_the_log])
+    assert removed and (tmp_path / "p.params").exists() and read_facts(str(tmp_path / "p.params"))
+    said = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith("training goes on without it") and removed[0] in said[0], said
 
 
 @pytest.mark.parametrize("corrupt_by_epoch, rope", [(False, False), (True, False), (False, True)])
