@@ -20,18 +20,18 @@ import logging
 import os
 import tempfile
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch.utils.data import ConcatDataset
 
 from checkpoint import ParamsError, RunIdentity, load_fitting_params, read_facts, save_params_with_facts
-from config import BLOCK_SIZE, BOTTLENECK_DIM, CUDA_NUM_WORKERS, LENGTH_GROUPING_POOL, RECIPES
+from config import BLOCK_SIZE, BOTTLENECK_DIM, CUDA_NUM_WORKERS, LENGTH_GROUPING_POOL, RECIPES, RunConfig
 from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
 from decoding import predict_places
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from files import PathInUse, atomic_write, exclusive_lock, resolve_data_path
-from model import GPT, variant_config
+from model import GPT, VARIANTS, variant_config
 from trainer import CheckpointError, Trainer, TrainerConfig, TrainingDiverged
 from utils import evaluate_places, set_seed
 
@@ -112,6 +112,8 @@ def check_config(cfg):
     """What can be said wrong before anything is read: the function's required paths and their sense."""
     if cfg.function not in cfg.REQUIRED:
         raise ConfigError(f"function must be pretrain, finetune or evaluate, got {cfg.function!r}")
+    if cfg.variant not in VARIANTS:
+        raise ConfigError(f"variant must be one of {', '.join(VARIANTS)}, got {cfg.variant!r}")
     missing = [f"--{name}" for name in cfg.REQUIRED[cfg.function] if not getattr(cfg, name)]
     if missing:
         raise ConfigError(f"{cfg.function} needs {' and '.join(missing)}")
@@ -494,7 +496,7 @@ def started(cfg):
 # ---------------------------------------------------------------------------- the three functions
 
 
-def pretrain(cfg, on_epoch_end=()):
+def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     """
     Span-corruption pretraining on the corpus (with any mixed pairs), going on from
     reading_params_path if given; the params go to writing_params_path. With the recipe's
@@ -569,7 +571,7 @@ def pretrain_stage(cfg, device, hooks, max_shift=None, epochs_before=0, seconds_
     return train(cfg, setup, stage, device, hooks, max_shift)
 
 
-def finetune(cfg, on_epoch_end=()):
+def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     """Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path."""
     with started(cfg) as device:
         setup = build(cfg)
@@ -590,7 +592,7 @@ class Evaluation:
     correct: int
 
 
-def evaluate(cfg):
+def evaluate(cfg: RunConfig) -> "Evaluation":
     """Greedy answers to eval_corpus_path, written to outputs_path (rank 0), scored where the file has answers."""
     with started(cfg) as device:
         setup = build(cfg)

@@ -8,7 +8,6 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from attention import split_heads
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig, variant_config
 from trainer import Trainer, TrainerConfig, lr_multiplier, parameter_groups
@@ -79,39 +78,20 @@ def test_matmul_decay_groups_decay_only_linear_weights(variant):
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
-def attention_logit_rms(model, idx):
-    """Per layer, the root mean square of the attention scores q.k/sqrt(d) over the causal entries."""
-    inputs = {}
-    hooks = [
-        block.attn.register_forward_hook(lambda m, args, out, i=i: inputs.__setitem__(i, args[0]))
-        for i, block in enumerate(model.blocks)
-    ]
-    model.eval()
-    with torch.no_grad():
-        model(idx)
-        rms = []
-        for i, block in enumerate(model.blocks):
-            q, k = (split_heads(linear(inputs[i]), block.attn.n_head) for linear in (block.attn.query, block.attn.key))
-            scores = (q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))).tril()
-            rms.append(scores.pow(2).sum() / scores.ne(0).sum())
-    for hook in hooks:
-        hook.remove()
-    return [r.sqrt().item() for r in rms]
-
-
-@pytest.mark.slow
-def test_the_default_groups_leave_the_loss_plateau_sooner():
+def test_the_course_groups_shrink_the_layernorm_gains():
     """
-    The reason the decay groups matter, in seconds: on a generated world, at a raised learning
-    rate, the default (the course's) groups (which shrink the LayerNorm gains and so the attention scores)
-    train the span-corruption loss down further than the Linear-only groups, whose attention
-    scores grow larger (nearer one-hot attention, whose softmax passes less gradient). Both runs
-    are identical but for the groups.
+    Why the decay groups matter: the course's groups decay the LayerNorm gains (their name,
+    ln1.weight, lacks "LayerNorm.weight"), which shrinks the attention scores; on the handout's
+    recipe the Linear-only groups, which leave the gains alone, stayed on the loss plateau
+    (docs/optimisation.md). On a generated world at a raised learning rate, two runs identical
+    but for the groups: every block's gain in front of attention ends well below the other's.
+    Measured over seeds 0-7 with one thread and 0-3 with two, the ratio of the two runs' mean gains
+    was 0.36-0.64 (the loss gap and the attention scores were not robust: the loss gap was
+    -0.03 to 0.09, the summed scores' ratio 0.29-0.89), so the test asks for the gains alone.
     """
     pre = CharCorruptionDataset(build_world(n_train=128, n_dev=10, n_test=10)["wiki.txt"], 128)
-    probe = torch.stack([pre[i][0] for i in range(16)])
-    runs = []
-    for groups in [{}, {"decay_groups": "matmul"}]:  # the defaults, then the Linear-only groups
+    gains = {}
+    for groups in ["course", "matmul"]:
         set_seed(0)
         model = GPT(GPTConfig(pre.vocab_size, pre.block_size, n_layer=2, n_head=4, n_embd=64))
         config = TrainerConfig(
@@ -123,21 +103,11 @@ def test_the_default_groups_leave_the_loss_plateau_sooner():
             final_tokens=200 * len(pre) * 128,
             data_seed=0,
             device="cpu",
-            **groups,
+            decay_groups=groups,
         )
-        trainer = Trainer(model, pre, None, config)
-        trainer.train()
-        gains = [block.ln1.weight.mean().item() for block in model.blocks]
-        runs.append((trainer.epoch_losses, gains, attention_logit_rms(model, probe)))
-    (course, course_gains, course_scores), (matmul, matmul_gains, matmul_scores) = runs
-    assert course[0] == pytest.approx(matmul[0], abs=0.02), "the first epoch is nearly the same"
-    # Floating-point kernels move one trajectory: the loss gap was 0.05-0.09 and the larger layer's
-    # scores 64 against 154 with two threads, 138 against 197 with one. So the test asks for directions
-    # with margins: the decayed gains (0.48-0.63 against 0.87-1.02 with one or two threads), and the
-    # scores summed over the layers (0.42 and 0.56 of the Linear-only groups').
-    assert course[-1] < matmul[-1] - 0.02, (course, matmul)
-    assert all(c < 0.75 * m for c, m in zip(course_gains, matmul_gains)), (course_gains, matmul_gains)
-    assert sum(course_scores) < 0.75 * sum(matmul_scores), (course_scores, matmul_scores)
+        Trainer(model, pre, None, config).train()
+        gains[groups] = [block.ln1.weight.mean().item() for block in model.blocks]
+    assert all(c < 0.75 * m for c, m in zip(gains["course"], gains["matmul"])), gains
 
 
 class ScalarLog:
