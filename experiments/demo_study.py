@@ -1,0 +1,146 @@
+"""
+One configuration of the demo-world study (docs/demo.md): a generated world, pretraining
+(optionally mixed with the question pairs of the people finetuning will see), finetuning,
+and the three figures the demo prints, as one JSON line.
+
+    python experiments/demo_study.py --seed 0 --split tune [--variant rope] [--epochs 150] [--mix]
+        [--max_shift 13] [--finetune_lr 1e-3] [--finetune_epochs 10] [--world "--n_train 80 ..."] --out DIR
+
+--split tune holds the last fifth of the world's training people out (their questions
+never seen, scored after finetuning on the rest): the split to choose settings on.
+--split dev finetunes on every training person and scores the dev people: for the chosen
+settings, once. Everything else is the demo's (run.sh demo), so that a winner can become it.
+"""
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import src_path  # noqa: F401
+
+# isort: split
+import pipeline
+from arguments import exit_status
+from config import HANDOUT, RunConfig
+from dataset import question_place_pairs
+from model import VARIANTS
+from recall import recall
+from world import write_world
+
+DEMO_WORLD = "--n_train 80 --n_dev 20 --n_test 10 --n_places 30 --bios_per_person 3 --shuffle_sentences --full_names"
+WORLD_FLAGS = {"--n_train": int, "--n_dev": int, "--n_test": int, "--n_places": int, "--bios_per_person": int}
+
+
+def world_options(text):
+    """world.py's flags (as run.sh's DEMO_WORLD holds them) as write_world's keyword arguments."""
+    words, options = shlex.split(text), {}
+    while words:
+        flag = words.pop(0)
+        if flag in WORLD_FLAGS:
+            options[flag[2:]] = WORLD_FLAGS[flag](words.pop(0))
+        elif flag in ("--shuffle_sentences", "--full_names"):
+            options[flag[2:]] = True
+        else:
+            raise ValueError(f"--world: unknown flag {flag}")
+    return options
+
+
+def pairs_file(path, rows):
+    Path(path).write_text("".join(f"{question}\t{place}\n" for question, place in rows), encoding="utf-8")
+    return str(path)
+
+
+def study(args):
+    out = Path(args.out)
+    files = write_world(out / "world", seed=args.seed, **world_options(args.world))
+    read = lambda path: [(q, p) for _, q, p in pipeline.read_pairs(path, "pairs", question_place_pairs)]  # noqa: E731
+    train = read(files["birth_places_train.tsv"])
+    if args.split == "tune":
+        cut = len(train) - len(train) // 5
+        seen, scored = train[:cut], train[cut:]
+    else:
+        seen, scored = train, read(files["birth_dev.tsv"])
+    seen_path, scored_path = pairs_file(out / "seen.tsv", seen), pairs_file(out / "scored.tsv", scored)
+    recipe = dataclasses.replace(
+        HANDOUT,
+        n_layer=2,
+        n_head=4,
+        n_embd=128,
+        dropout=0.0,
+        pretrain_epochs=args.epochs,
+        pretrain_batch_size=32,
+        pretrain_lr=3e-3,
+        finetune_batch_size=32,
+        finetune_lr=args.finetune_lr,
+        finetune_epochs_from_pretrained=args.finetune_epochs,
+        max_shift=args.max_shift,
+    )
+    common = dict(variant=args.variant, pretrain_corpus_path=files["wiki.txt"], recipe=recipe, seed=args.seed)
+    common.update(device="cpu", tensorboard_root=str(out / "expt"))
+    start = time.monotonic()
+    pretrained = str(out / "pretrain.params")
+    mix = seen_path if args.mix else None
+    pipeline.pretrain(RunConfig("pretrain", writing_params_path=pretrained, mix_corpus_path=mix, **common))
+    recalled, probed = recall(RunConfig("evaluate", reading_params_path=pretrained, **common), scored)
+
+    def answered(params, **finetuning):
+        pipeline.finetune(RunConfig("finetune", writing_params_path=params, finetune_corpus_path=seen_path,
+                                    **finetuning, **common))  # fmt: skip
+        evaluation = pipeline.evaluate(
+            RunConfig(
+                "evaluate",
+                reading_params_path=params,
+                eval_corpus_path=scored_path,
+                outputs_path=params + ".predictions",
+                **common,
+            )  # fmt: skip
+        )
+        return evaluation.correct
+
+    with_pretraining = answered(str(out / "finetune.params"), reading_params_path=pretrained)
+    scratch = answered(str(out / "scratch.params")) if args.scratch else None
+    frequent = Counter(place for _, place in seen).most_common(1)[0][0]
+    row = dict(
+        seed=args.seed,
+        split=args.split,
+        variant=args.variant,
+        epochs=args.epochs,
+        mix=args.mix,
+        max_shift=args.max_shift,
+        finetune_lr=args.finetune_lr,
+        finetune_epochs=args.finetune_epochs,
+        world=args.world,
+        scored=len(scored),
+        recalled=f"{recalled}/{probed}",
+        pretrain_finetune=with_pretraining,
+        finetune_only=scratch,
+        most_frequent=sum(place == frequent for _, place in scored),
+        seconds=round(time.monotonic() - start, 1),
+    )
+    print(json.dumps(row), flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the world and the training")
+    parser.add_argument("--split", choices=["tune", "dev"], required=True)
+    parser.add_argument("--variant", choices=VARIANTS, default="vanilla")
+    parser.add_argument("--epochs", type=int, default=150, help="pretraining epochs (default 150)")
+    parser.add_argument("--mix", action="store_true", help="mix the seen people's questions into pretraining")
+    parser.add_argument("--max_shift", type=int, default=0, help="pretraining examples shifted by 0..N pads")
+    parser.add_argument("--finetune_lr", type=float, default=1e-3)
+    parser.add_argument("--finetune_epochs", type=int, default=10)
+    parser.add_argument("--scratch", action="store_true", help="also finetune without pretraining")
+    parser.add_argument("--world", default=DEMO_WORLD, help="world.py's flags (default: the demo's)")
+    parser.add_argument("--out", required=True, help="folder for the world, params and predictions")
+    args = parser.parse_args(argv)
+    return exit_status("demo_study.py", lambda: study(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
