@@ -66,20 +66,23 @@ def study(args):
     else:
         seen, scored = train, read(files["birth_dev.tsv"])
     seen_path, scored_path = pairs_file(out / "seen.tsv", seen), pairs_file(out / "scored.tsv", scored)
-    recipe = dataclasses.replace(
-        HANDOUT,
-        n_layer=2,
-        n_head=4,
-        n_embd=128,
-        dropout=0.0,
-        pretrain_epochs=args.epochs,
-        pretrain_batch_size=32,
-        pretrain_lr=3e-3,
-        finetune_batch_size=32,
-        finetune_lr=args.finetune_lr,
-        finetune_epochs_from_pretrained=args.finetune_epochs,
-        max_shift=args.max_shift,
-    )
+    try:
+        recipe = dataclasses.replace(
+            HANDOUT,
+            n_layer=2,
+            n_head=4,
+            n_embd=128,
+            dropout=0.0,
+            pretrain_epochs=args.epochs,
+            pretrain_batch_size=32,
+            pretrain_lr=3e-3,
+            finetune_batch_size=32,
+            finetune_lr=args.finetune_lr,
+            finetune_epochs_from_pretrained=args.finetune_epochs,
+            max_shift=args.max_shift,
+        )
+    except ValueError as e:
+        raise pipeline.ConfigError(str(e)) from None
     common = dict(variant=args.variant, pretrain_corpus_path=files["wiki.txt"], recipe=recipe, seed=args.seed)
     common.update(device="cpu", tensorboard_root=str(out / "expt"))
     start = time.monotonic()

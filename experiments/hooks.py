@@ -25,13 +25,16 @@ def recall_probe(pairs_path, every):
     it answers (on the bar's stream, and in TensorBoard as probe/recall and probe/accuracy).
     """
     pairs = [(question, place) for _, question, place in read_pairs(pairs_path, "probe corpus", question_place_pairs)]
+    encoded = {}  # the questions over the corpus's vocabulary, encoded (and their dropped characters said) once
 
     def probe(end):
         if end.epoch % every:
             return
         corpus = end.corpus
         recalled, probed = birthplace_recall(end.model, corpus.data, pairs, corpus.stoi, corpus.itos, end.device)
-        questions = encodable_questions(corpus, [question for question, _ in pairs], "probe questions")
+        if "questions" not in encoded:
+            encoded["questions"] = encodable_questions(corpus, [question for question, _ in pairs], "probe questions")
+        questions = encoded["questions"]
         answers = predict_places(end.model, questions, corpus.stoi, corpus.itos, end.device)
         answered = sum(answer == place for answer, (_, place) in zip(answers, pairs))
         recall, accuracy = recalled / max(1, probed), answered / len(pairs)

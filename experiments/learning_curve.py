@@ -38,7 +38,7 @@ COLUMNS = ["epochs", "training_minutes", "recalled", "probed", "answered", "ques
 def accuracy(cfg, snapshot, epochs, out):
     """(answered, questions): held-out questions answered after finetuning a copy of the snapshot."""
     finetuned = os.path.join(out, f"finetune.epoch{epochs}.params")
-    common = dict(reading_params_path=snapshot, max_epochs=None, batch_size=None, resume=False)
+    common = dict(reading_params_path=snapshot, max_epochs=None, batch_size=None, resume=False, keep_checkpoint=False)
     pipeline.finetune(dataclasses.replace(cfg, function="finetune", writing_params_path=finetuned, **common))
     evaluation = pipeline.evaluate(
         dataclasses.replace(

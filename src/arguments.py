@@ -57,7 +57,11 @@ def recipe_epilog():
 def build_parser(prog="run.py", description=None):
     """The parser of run.py's flags (a research script adds its own to it)."""
     p = OneLineParser(
-        prog=prog, description=description, epilog=recipe_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog,
+        description=description,
+        epilog=recipe_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # a prefix of a recipe field would be taken for another flag
     )
     p.add_argument("function", choices=list(RunConfig.REQUIRED))
     p.add_argument("variant", choices=VARIANTS)

@@ -42,6 +42,8 @@ def start_distributed(device):
     """
     if not launched_by_torchrun():
         return device
+    if dist.is_initialized():  # a second run in the same processes (a research script's finetuning after pretraining)
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"])) if device.type == "cuda" else device
     if device.type not in ("cuda", "cpu"):
         raise RuntimeError(f"torchrun runs on CUDA GPUs or the CPU, not on {device.type} (pass --device cpu)")
     if device.type == "cuda":

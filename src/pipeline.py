@@ -380,9 +380,12 @@ def recipe_changes(cfg):
 def run_identity(cfg, setup, stage, max_shift):
     """What the run's checkpoint belongs to: resuming under another identity is refused."""
     r, sizes, changes = cfg.recipe, setup.sizes, recipe_changes(cfg)
-    listed = ("dropout", "decay_groups", "lr_schedule", "group_by_length", "precision", "corrupt_by_epoch")
-    listed += ("full_padding", "max_shift", "weight_decay", "decay_epochs")
-    rest = {k: v for k, v in changes.items() if k not in listed and k not in ("compile", "sequential_decoding")}
+    covered = ("dropout", "decay_groups", "lr_schedule", "group_by_length", "precision", "corrupt_by_epoch")
+    covered += ("full_padding", "max_shift", "weight_decay", "decay_epochs", "n_layer", "n_head", "n_embd")
+    covered += ("pretrain_lr", "finetune_lr", "pretrain_epochs", "pretrain_batch_size", "finetune_batch_size")
+    covered += ("finetune_epochs_from_scratch", "finetune_epochs_from_pretrained")  # as learning_rate, max_epochs, ...
+    untouched = ("shifted_epochs", "shifted_lr", "shifted_max_shift", "compile", "sequential_decoding")
+    rest = {k: v for k, v in changes.items() if k not in covered + untouched}
     return RunIdentity(
         function=cfg.function,
         variant=cfg.variant,
@@ -429,7 +432,7 @@ def trainer_config(cfg, stage, device, **more):
         device=device,
         skip_padding=not r.full_padding,
         bucket_pool=LENGTH_GROUPING_POOL if r.group_by_length and cfg.function == "pretrain" else 1,
-        corrupt_by_epoch=r.corrupt_by_epoch,
+        corrupt_by_epoch=r.corrupt_by_epoch and cfg.function == "pretrain",
         precision=r.precision,
         compile=r.compile,
         data_seed=cfg.seed,

@@ -18,7 +18,7 @@ import pipeline
 import probed_pretraining
 from checkpoint import read_facts, save_params
 from config import BLOCK_SIZE, HANDOUT, RECIPES
-from conftest import CPU_FLAGS, ROOT, SMALL, cli, evaluate_args, finetune_args
+from conftest import CPU_FLAGS, ROOT, SMALL, TINY, cli, evaluate_args, finetune_args
 from conftest import run_main as main
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
@@ -351,6 +351,16 @@ def test_benchmark_compares_whole_processes(tiny_world, tmp_path):
     ]
     for _, slow, fast, ratio in rows:
         assert float(slow[:-1]) / float(fast[:-1]) == pytest.approx(float(ratio[:-1]), rel=0.1)
+
+
+def test_pretraining_settings_pass_through_finetune_and_evaluate(tiny_world, tmp_path):
+    """run.sh gives its overrides to every command: a pretraining-only setting is ignored by the others."""
+    wiki, params = tiny_world["wiki.txt"], tmp_path / "ft.params"
+    only_pretraining = ["--corrupt_by_epoch", "--max_shift", 4, "--shifted_epochs", 1]
+    finetune = finetune_args("vanilla", wiki, params, tiny_world["train.tsv"])
+    assert main(*finetune, "--max_epochs", 1, *TINY, *only_pretraining) == 0
+    evaluate = evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], tmp_path / "dev.predictions")
+    assert main(*evaluate, *TINY, *only_pretraining) == 0
 
 
 def test_recipes_fill_in_the_settings_and_flags_win():

@@ -418,6 +418,7 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout", "x"], "--dropout x: 'x' is not a float"),
         ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--full_padding=maybe"], "'maybe' is not a bool"),
         ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout"], "--dropout needs a value"),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max", "5"], "unrecognized arguments: --max"),
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max_shift", "15"], "at most 14, got 15"),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--shifted_epochs", "-1"],
