@@ -3,7 +3,7 @@ One configuration of the demo-world study (docs/demo.md): a generated world, pre
 (optionally mixed with the question pairs of the people finetuning will see), finetuning,
 and the three figures the demo prints, as one JSON line.
 
-    python experiments/demo_study.py --seed 0 --split tune [--variant rope] [--epochs 150] [--mix]
+    python experiments/demo_study.py --seed 0 --split tune [--variant rope] [--epochs 150] [--mix_copies K]
         [--max_shift 13] [--finetune_lr 1e-3] [--finetune_epochs 10] [--world "--n_train 80 ..."] --out DIR
 
 --split tune holds the last fifth of the world's training people out (their questions
@@ -87,7 +87,7 @@ def study(args):
     common.update(device="cpu", tensorboard_root=str(out / "expt"))
     start = time.monotonic()
     pretrained = str(out / "pretrain.params")
-    mix = seen_path if args.mix else None
+    mix = pairs_file(out / "mixed.tsv", seen * args.mix_copies) if args.mix_copies else None
     pipeline.pretrain(RunConfig("pretrain", writing_params_path=pretrained, mix_corpus_path=mix, **common))
     recalled, probed = recall(RunConfig("evaluate", reading_params_path=pretrained, **common), scored)
 
@@ -113,7 +113,7 @@ def study(args):
         split=args.split,
         variant=args.variant,
         epochs=args.epochs,
-        mix=args.mix,
+        mix_copies=args.mix_copies,
         max_shift=args.max_shift,
         finetune_lr=args.finetune_lr,
         finetune_epochs=args.finetune_epochs,
@@ -134,7 +134,13 @@ def main(argv=None):
     parser.add_argument("--split", choices=["tune", "dev"], required=True)
     parser.add_argument("--variant", choices=VARIANTS, default="vanilla")
     parser.add_argument("--epochs", type=int, default=150, help="pretraining epochs (default 150)")
-    parser.add_argument("--mix", action="store_true", help="mix the seen people's questions into pretraining")
+    parser.add_argument(
+        "--mix_copies",
+        type=int,
+        default=0,
+        metavar="K",
+        help="mix K copies of the seen people's questions into every pretraining epoch (default 0: none)",
+    )
     parser.add_argument("--max_shift", type=int, default=0, help="pretraining examples shifted by 0..N pads")
     parser.add_argument("--finetune_lr", type=float, default=1e-3)
     parser.add_argument("--finetune_epochs", type=int, default=10)
