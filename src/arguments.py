@@ -168,6 +168,8 @@ def exit_status(prog, call):
     logging.getLogger().addHandler(said)
     try:
         call()
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()  # the ranks leave together, rank 0's files written: no rank tears down alone
     except ConfigError as e:
         if launch_rank() == 0:
             print(f"{prog}: error: {e}", file=sys.stderr)
