@@ -18,36 +18,26 @@ import json
 import shlex
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import src_path  # noqa: F401
 
 # isort: split
 import pipeline
+import world
 from arguments import exit_status
 from config import HANDOUT, RunConfig
 from dataset import question_place_pairs
+from london_baseline import most_frequent_place
 from model import VARIANTS
 from recall import recall
-from world import write_world
 
 DEMO_WORLD = "--n_train 80 --n_dev 20 --n_test 10 --n_places 30 --bios_per_person 3 --shuffle_sentences --full_names"
-WORLD_FLAGS = {"--n_train": int, "--n_dev": int, "--n_test": int, "--n_places": int, "--bios_per_person": int}
 
 
 def world_options(text):
     """world.py's flags (as run.sh's DEMO_WORLD holds them) as write_world's keyword arguments."""
-    words, options = shlex.split(text), {}
-    while words:
-        flag = words.pop(0)
-        if flag in WORLD_FLAGS:
-            options[flag[2:]] = WORLD_FLAGS[flag](words.pop(0))
-        elif flag in ("--shuffle_sentences", "--full_names"):
-            options[flag[2:]] = True
-        else:
-            raise ValueError(f"--world: unknown flag {flag}")
-    return options
+    return world.parse_args(["FOLDER", *shlex.split(text)])[3]
 
 
 def pairs_file(path, rows):
@@ -57,7 +47,7 @@ def pairs_file(path, rows):
 
 def study(args):
     out = Path(args.out)
-    files = write_world(out / "world", seed=args.seed, **world_options(args.world))
+    files = world.write_world(out / "world", seed=args.seed, **world_options(args.world))
     read = lambda path: [(q, p) for _, q, p in pipeline.read_pairs(path, "pairs", question_place_pairs)]  # noqa: E731
     train = read(files["birth_places_train.tsv"])
     if args.split == "tune":
@@ -107,7 +97,7 @@ def study(args):
 
     with_pretraining = answered(str(out / "finetune.params"), reading_params_path=pretrained)
     scratch = answered(str(out / "scratch.params")) if args.scratch else None
-    frequent = Counter(place for _, place in seen).most_common(1)[0][0]
+    frequent = most_frequent_place(seen_path)
     row = dict(
         seed=args.seed,
         split=args.split,

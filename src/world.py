@@ -242,7 +242,8 @@ def write_world(folder, **kwargs):
     return paths
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """world.py's command line: (the parser, the folder, the seed, write_world's other arguments)."""
     parser = argparse.ArgumentParser(
         prog="world.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -272,8 +273,13 @@ def main(argv=None):
         check_sizes(**sizes)
     except ValueError as e:
         parser.error(str(e))
-    options = dict(shuffle_sentences=args.shuffle_sentences, full_names=args.full_names)
-    for path in write_world(args.folder, seed=args.seed, **sizes, **options).values():
+    options = dict(sizes, shuffle_sentences=args.shuffle_sentences, full_names=args.full_names)
+    return parser, args.folder, args.seed, options
+
+
+def main(argv=None):
+    _, folder, seed, options = parse_args(argv)
+    for path in write_world(folder, seed=seed, **options).values():
         with open(path, encoding="utf-8") as f:
             print(f"{path}: {sum(1 for _ in f)} lines")
     return 0
