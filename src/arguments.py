@@ -12,6 +12,7 @@ import shlex
 import sys
 
 import torch
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from config import BOTTLENECK_DIM, HANDOUT, RECIPES, Recipe, RunConfig
 from distributed import launch_rank
@@ -166,8 +167,10 @@ def exit_status(prog, call):
     said = logging.StreamHandler(sys.stderr)  # the library's warnings, one plain line each
     said.setFormatter(logging.Formatter("%(message)s"))
     logging.getLogger().addHandler(said)
+    logging.getLogger("pipeline").setLevel(logging.INFO)  # the held-out loss of every epoch, when asked for
     try:
-        call()
+        with logging_redirect_tqdm():  # a line said during training goes above the progress bar, not into it
+            call()
         if torch.distributed.is_initialized():
             torch.distributed.barrier()  # the ranks leave together, rank 0's files written: no rank tears down alone
     except ConfigError as e:

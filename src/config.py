@@ -17,6 +17,7 @@ BOTTLENECK_DIM = 32  # the perceiver's latent length m: the course's command-lin
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
 LENGTH_GROUPING_POOL = 16  # with group_by_length, pretraining batches per pool of examples grouped by length
 CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA (none on the CPU)
+HELD_OUT_SEED = 0  # which documents held_out_fraction holds out, and their span corruptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,10 @@ class Recipe:
     shifted_epochs: int = 0  # pretraining's closing stage on shifted examples: none in the handout's
     shifted_lr: float = 6e-4  # its peak: a tenth of pretrain_lr, the cosine's floor
     shifted_max_shift: int = 13  # up to the name's position in the questions (10), and a little past
+    finetune_lm_weight: float = 0.0  # GPT-1's auxiliary loss: finetuning adds this times the LM loss on the question
+    held_out_fraction: float = (
+        0.0  # pretraining holds out this part of the corpus's documents, its loss logged per epoch
+    )
     # departures from the course's optimisation (the defaults reproduce it; docs/optimisation.md)
     decay_groups: str = "course"  # course: decay all but biases and LayerNorm gains; matmul: Linear weights only
     lr_schedule: str = "course"  # course: the cosine rises again after decay_epochs; clamped: it stays at 10%
@@ -75,12 +80,14 @@ class Recipe:
                 raise ValueError(f"{field.name} must be a finite number, got {value!r}")
         positive = [f.name for f in dataclasses.fields(self) if f.type in (int, float)]
         may_be_zero = ("dropout", "weight_decay", "max_shift", "shifted_epochs", "warmup_tokens")
+        may_be_zero += ("finetune_lm_weight", "held_out_fraction")
         for name in positive:
             value = getattr(self, name)
             if value < 0 or (value == 0 and name not in may_be_zero):
                 raise ValueError(f"{name} must be {'at least 0' if name in may_be_zero else 'positive'}, got {value}")
-        if self.dropout >= 1:
-            raise ValueError(f"dropout must be below 1, got {self.dropout}")
+        for name in ("dropout", "held_out_fraction"):
+            if getattr(self, name) >= 1:
+                raise ValueError(f"{name} must be below 1, got {getattr(self, name)}")
         for name in ("max_shift", "shifted_max_shift"):
             if getattr(self, name) > longest_shift(BLOCK_SIZE):
                 raise ValueError(f"{name} must be at most {longest_shift(BLOCK_SIZE)}, got {getattr(self, name)}")
@@ -160,6 +167,7 @@ class RunConfig:
     finetune_corpus_path: Optional[str] = None
     eval_corpus_path: Optional[str] = None
     outputs_path: Optional[str] = None
+    details_path: Optional[str] = None  # evaluate: a line of JSON per answer with its confidence (pipeline.evaluate)
     mix_corpus_path: Optional[str] = None  # pretrain: question<TAB>place pairs mixed into every epoch
     recipe: Recipe = HANDOUT
     recipe_name: str = "handout"
@@ -186,7 +194,7 @@ class RunConfig:
         "eval_corpus_path",
         "mix_corpus_path",
     )
-    OUTPUTS = ("writing_params_path", "outputs_path")
+    OUTPUTS = ("writing_params_path", "outputs_path", "details_path")
     REQUIRED = {
         "pretrain": ("writing_params_path",),
         "finetune": ("writing_params_path", "finetune_corpus_path"),

@@ -12,6 +12,7 @@ Id 0 is the pad (the loss ignores it), id 1 the mask, ids 2.. are the sorted
 characters of the pretraining corpus.
 """
 
+import copy
 import functools
 import random
 import sys
@@ -126,6 +127,16 @@ class CharCorruptionDataset(Dataset):
 
     def __len__(self):
         return len(self.data)
+
+    def with_documents(self, documents, max_shift=0):
+        """
+        A dataset of other documents over this one's vocabulary (a held-out part of the corpus,
+        another text): each document may only hold characters of the vocabulary.
+        """
+        other = copy.copy(self)
+        other.data, other.max_shift = list(documents), max_shift
+        other.__dict__.pop("document_ids", None)  # the cached ids were this dataset's documents'
+        return other
 
     @property
     def max_truncation(self):

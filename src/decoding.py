@@ -3,7 +3,10 @@ Reading answers out of a model: greedy completions with a KV cache, answers to
 "Where was X born?" questions, and how many birthplaces a model recalls from the corpus.
 """
 
+import dataclasses
+import math
 import re
+from typing import Optional
 
 import torch
 
@@ -12,42 +15,91 @@ from model import KVCache
 from utils import sample
 
 
+@dataclasses.dataclass
+class Decoded:
+    """
+    What greedy decoding wrote: ids (B, S); logprobs (B, S), the log-probability each
+    chosen id had (0 after a row's stop); with top_k, top_ids and top_probs (B, S, k),
+    the k likeliest ids at every step and their probabilities, the chosen one first.
+    """
+
+    ids: torch.Tensor
+    logprobs: torch.Tensor
+    top_ids: Optional[torch.Tensor] = None
+    top_probs: Optional[torch.Tensor] = None
+
+
 @torch.no_grad()
-def greedy_decode_cached(model, x, steps, stop_id):
+def greedy_decode_cached(model, x, steps, stop_id, top_k=0):
     """
     Greedy continuation of x (B, T) with a KVCache: the prefix is read once and every
     step feeds only the new token of the rows still going; a row that has produced
     stop_id leaves the batch, and the rest of its output is stop_id.
-    Returns the generated ids (B, <= steps). Needs T + steps - 1 <= block_size - 1,
-    so that `sample` would never have slid its window; then the tokens are the same.
+    Returns the Decoded ids (B, <= steps) with their log-probabilities (and the top_k
+    choices at every step). Needs T + steps - 1 <= block_size - 1, so that `sample`
+    would never have slid its window; then the tokens are the same.
     """
     cache = KVCache()
     logits, _ = model(x, cache=cache)
-    generated = torch.full((x.size(0), steps), stop_id, dtype=torch.long, device=x.device)
-    going = torch.arange(x.size(0), device=x.device)  # the rows still decoding, in cache order
+    rows = x.size(0)
+    generated = torch.full((rows, steps), stop_id, dtype=torch.long, device=x.device)
+    logprobs = torch.zeros(rows, steps, device=x.device)
+    top_ids = torch.zeros(rows, steps, top_k, dtype=torch.long, device=x.device) if top_k else None
+    top_probs = torch.zeros(rows, steps, top_k, device=x.device) if top_k else None
+    going = torch.arange(rows, device=x.device)  # the rows still decoding, in cache order
     for step in range(steps):
-        next_ids = logits[:, -1, :].argmax(dim=-1)
+        last = logits[:, -1, :]
+        next_ids = last.argmax(dim=-1)
         generated[going, step] = next_ids
+        step_logprobs = last.float().log_softmax(dim=-1)
+        logprobs[going, step] = step_logprobs.gather(1, next_ids[:, None])[:, 0]
+        if top_k:  # the chosen id first (argmax's choice among ties), then the likeliest others
+            others = step_logprobs.scatter(1, next_ids[:, None], -math.inf).topk(top_k - 1, dim=-1)
+            top_ids[going, step] = torch.cat((next_ids[:, None], others.indices), dim=1)
+            top_probs[going, step] = torch.cat((logprobs[going, step, None], others.values), dim=1).exp()
         if step == steps - 1:
             break
         unfinished = next_ids != stop_id
         still_going = int(unfinished.sum())
         if still_going == 0:
-            return generated[:, : step + 1]
+            return Decoded(
+                *(t[:, : step + 1] if t is not None else None for t in (generated, logprobs, top_ids, top_probs))
+            )
         if still_going < len(going):
             going, next_ids = going[unfinished], next_ids[unfinished]
             cache.keep_rows(unfinished)
         logits, _ = model(next_ids[:, None], cache=cache)
-    return generated
+    return Decoded(generated, logprobs, top_ids, top_probs)
 
 
-def greedy_completions(model, prompts, stoi, itos, device, steps, stop_char=None, batch_size=256, sequential=False):
+@torch.no_grad()
+def read_logprobs(model, x, generated):
+    """
+    The log-probabilities (B, S) that the model gives the ids `generated` (B, S) after x
+    (B, T), in one forward pass; NaN where the text does not fit in the block (where
+    `sample` slid its window, the model saw other context).
+    """
+    context = model.get_block_size() - 1
+    steps, fits = generated.size(1), x.size(1) + generated.size(1) - 1
+    if fits > context:
+        return torch.full(generated.shape, float("nan"))
+    text = torch.cat((x, generated), dim=1)[:, :-1]
+    logits, _ = model(text)
+    return logits[:, -steps:].float().log_softmax(dim=-1).gather(2, generated[:, :, None])[:, :, 0]
+
+
+def greedy_completions(
+    model, prompts, stoi, itos, device, steps, stop_char=None, batch_size=256, sequential=False, scored=False
+):
     """
     Greedy continuations of text prompts, `steps` characters each (with the cache, a
     row that has written stop_char stops there; the rest of it is stop_char).
+    With scored=True, each is (text, log-probabilities of its characters) instead.
 
     Prompts of equal length are decoded together with a KV cache, which gives the
     characters of one-at-a-time `sample` calls (sequential=True) in a fraction of the time.
+    The cached decoding scores its characters as it chooses them; `sample`'s are scored
+    afterwards by read_logprobs.
     """
     stop_id = stoi[stop_char] if stop_char is not None else -1
     encoded = [[stoi[c] for c in prompt] for prompt in prompts]
@@ -66,12 +118,52 @@ def greedy_completions(model, prompts, stoi, itos, device, steps, stop_char=None
         x = torch.tensor([encoded[i] for i in rows], dtype=torch.long, device=device)
         if sequential or x.size(1) + steps - 1 > context:
             out = sample(model, x, steps)[:, x.size(1) :]
+            logprobs = read_logprobs(model, x, out) if scored else out
         else:
-            out = greedy_decode_cached(model, x, steps, stop_id)
-        for i, ids in zip(rows, out.tolist()):
-            generated[i] = "".join(itos[i] for i in ids)
+            decoded = greedy_decode_cached(model, x, steps, stop_id)
+            out, logprobs = decoded.ids, decoded.logprobs
+        for i, ids, scores in zip(rows, out.tolist(), logprobs.tolist()):
+            text = "".join(itos[i] for i in ids)
+            generated[i] = (text, scores) if scored else text
     model.train(was_training)
     return generated
+
+
+@dataclasses.dataclass
+class Answer:
+    """
+    One answer and how sure the model was of it: logprob sums the log-probabilities of
+    the answer's characters and of the one that ended it (the closing MASK, or a line
+    break), min_prob is the lowest of their probabilities; closed says the model wrote
+    the closing MASK (not a line break, nor running out of steps). NaN scores: the
+    question was too long for the answer to be read in one block.
+    """
+
+    text: str
+    logprob: float
+    min_prob: float
+    closed: bool
+
+
+def answer_of(completion, logprobs):
+    """The Answer in a completion of a question+MASK prompt (see predict_places)."""
+    end = re.search(f"[{MASK_CHAR}\r\n]", completion)
+    scored = logprobs[: end.end()] if end else logprobs
+    return Answer(
+        text=completion[: end.start()] if end else completion,
+        logprob=sum(scored),
+        min_prob=math.exp(min(scored)) if scored else 1.0,
+        closed=bool(end) and end.group() == MASK_CHAR,
+    )
+
+
+def predict_answers(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
+    """predict_places' answers as Answers, scored in the same decoding."""
+    prompts = [question + MASK_CHAR for question in questions]
+    completions = greedy_completions(
+        model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential, scored=True
+    )
+    return [answer_of(text, logprobs) for text, logprobs in completions]
 
 
 def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
@@ -83,9 +175,33 @@ def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=25
     up to a line break if it writes one: the vocabulary holds the corpus's newline,
     and a place never contains one, so every answer fits on one line of a predictions file.
     """
-    prompts = [question + MASK_CHAR for question in questions]
-    answers = greedy_completions(model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential)
-    return [re.split("[\r\n]", answer.split(MASK_CHAR)[0])[0] for answer in answers]
+    answers = predict_answers(model, questions, stoi, itos, device, steps, batch_size, sequential)
+    return [answer.text for answer in answers]
+
+
+def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_char=None):
+    """
+    The greedy continuation of `prompt` with, at every character it writes, the k
+    likeliest characters and their probabilities: [(char, [(alternative, probability)])],
+    the chosen character first among its alternatives. It stops after stop_char, or
+    where the block is full (block_size - 1 characters in all).
+    """
+    context = model.get_block_size() - 1
+    if not prompt or len(prompt) > context:
+        raise ValueError(f"the prompt must have 1 to {context} characters, got {len(prompt)}")
+    was_training = model.training
+    model.eval()
+    x = torch.tensor([[stoi[c] for c in prompt]], dtype=torch.long, device=device)
+    k = min(k, len(itos))
+    stop_id = stoi[stop_char] if stop_char is not None else -1
+    decoded = greedy_decode_cached(model, x, min(steps, context - len(prompt) + 1), stop_id, top_k=k)
+    model.train(was_training)
+    return [
+        (itos[chosen], [(itos[i], p) for i, p in zip(ids, probs)])
+        for chosen, ids, probs in zip(
+            decoded.ids[0].tolist(), decoded.top_ids[0].tolist(), decoded.top_probs[0].tolist()
+        )
+    ]
 
 
 def birthplace_recall(model, documents, pairs, stoi, itos, device, prompt=None):

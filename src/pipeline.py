@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -26,12 +27,21 @@ import torch
 from torch.utils.data import ConcatDataset
 
 from checkpoint import ParamsError, RunIdentity, load_fitting_params, read_facts, save_params_with_facts
-from config import BLOCK_SIZE, BOTTLENECK_DIM, CUDA_NUM_WORKERS, LENGTH_GROUPING_POOL, RECIPES, RunConfig
+from config import (
+    BLOCK_SIZE,
+    BOTTLENECK_DIM,
+    CUDA_NUM_WORKERS,
+    HELD_OUT_SEED,
+    LENGTH_GROUPING_POOL,
+    RECIPES,
+    RunConfig,
+)
 from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
-from decoding import predict_places
+from decoding import predict_answers
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from files import PathInUse, atomic_write, exclusive_lock, resolve_data_path
 from model import GPT, VARIANTS, variant_config
+from perplexity import bits_per_character, corruption_loss
 from trainer import CheckpointError, Trainer, TrainerConfig, TrainingDiverged
 from utils import evaluate_places, set_seed
 
@@ -433,6 +443,7 @@ def trainer_config(cfg, stage, device, **more):
         skip_padding=not r.full_padding,
         bucket_pool=LENGTH_GROUPING_POOL if r.group_by_length and cfg.function == "pretrain" else 1,
         corrupt_by_epoch=r.corrupt_by_epoch and cfg.function == "pretrain",
+        aux_lm_weight=r.finetune_lm_weight if cfg.function == "finetune" else 0.0,
         precision=r.precision,
         compile=r.compile,
         data_seed=cfg.seed,
@@ -553,13 +564,51 @@ def check_first_stage(cfg, unshifted):
         )
 
 
+def held_out_split(corpus, fraction, path):
+    """
+    (the documents trained on, the held-out ones) of the corpus: round(fraction * documents)
+    of them, at least one, chosen with HELD_OUT_SEED, so the same for every run and stage;
+    the held-out ones in the course's layout (no shift).
+    """
+    if len(corpus) < 2:
+        raise ConfigError(f"--held_out_fraction needs a corpus of 2 documents or more; {path} has {len(corpus)}")
+    held = min(len(corpus) - 1, max(1, round(fraction * len(corpus))))
+    order = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
+    held_out = set(order[:held])
+    kept = [document for i, document in enumerate(corpus.data) if i not in held_out]
+    return corpus.with_documents(kept, corpus.max_shift), corpus.with_documents(
+        corpus.data[i] for i in sorted(held_out)
+    )
+
+
+class HeldOutLoss:
+    """
+    An epoch hook: the held-out documents' span-corruption loss (perplexity.corruption_loss,
+    the same examples every epoch), logged and written to TensorBoard by epoch.
+    """
+
+    def __init__(self, documents):
+        self.documents = documents
+
+    def __call__(self, end: EpochEnd):
+        nats, targets = corruption_loss(end.model, self.documents, end.device, HELD_OUT_SEED)
+        loss, bits = nats / max(1, targets), bits_per_character(nats, targets)
+        logger.info("epoch %d: held-out loss %.4f, %.3f bits per character", end.epoch, loss, bits)
+        if end.writer is not None:
+            end.writer.add_scalar("held_out/loss_by_epoch", loss, end.epoch)
+            end.writer.add_scalar("held_out/bits_per_character_by_epoch", bits, end.epoch)
+
+
 def pretrain_stage(cfg, device, hooks, max_shift=None, epochs_before=0, seconds_before=0.0):
     """One pretraining run under the recipe: (epochs, seconds) trained, counted on from the earlier stage's."""
     max_shift = cfg.recipe.max_shift if max_shift is None else max_shift
     setup = build(cfg, max_shift)
     dataset = setup.corpus
+    if cfg.recipe.held_out_fraction:
+        dataset, held_out = held_out_split(setup.corpus, cfg.recipe.held_out_fraction, cfg.pretrain_corpus_path)
+        hooks = [HeldOutLoss(held_out), *hooks]
     if cfg.mix_corpus_path:
-        dataset = ConcatDataset([setup.corpus, load_pairs(setup.corpus, cfg.mix_corpus_path, "mixed corpus")])
+        dataset = ConcatDataset([dataset, load_pairs(setup.corpus, cfg.mix_corpus_path, "mixed corpus")])
     r = cfg.recipe
     # decay_epochs count epochs of what pretraining trains on (the corpus, with any mixed pairs)
     stage = Stage(
@@ -593,17 +642,22 @@ class Evaluation:
     predictions: list  # one place per question, in the file's order
     total: int  # questions with an answer in the file (0 for a file of questions alone)
     correct: int
+    answers: list  # a decoding.Answer per question: the prediction and how sure the model was of it
+    places: list  # the file's places (None for a file of questions alone)
 
 
 def evaluate(cfg: RunConfig) -> "Evaluation":
-    """Greedy answers to eval_corpus_path, written to outputs_path (rank 0), scored where the file has answers."""
+    """
+    Greedy answers to eval_corpus_path, written to outputs_path (rank 0), scored where the
+    file has answers; with details_path, also a line of JSON per question (details_lines).
+    """
     with started(cfg) as device:
         setup = build(cfg)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
         questions = encodable_questions(setup.corpus, [question for _, question, _ in rows])
         model = setup.model.to(device)
         rank, world_size = rank_and_world_size()
-        share = predict_places(
+        share = predict_answers(
             model,
             questions[rank::world_size],
             setup.corpus.stoi,
@@ -611,8 +665,30 @@ def evaluate(cfg: RunConfig) -> "Evaluation":
             device,
             sequential=cfg.recipe.sequential_decoding,
         )
-        predictions = gather_interleaved(share, len(questions))
+        answers = gather_interleaved(share, len(questions))
+        predictions = [answer.text for answer in answers]
+        places = [place for _, _, place in rows] if rows and rows[0][2] is not None else None
         if rank == 0:
             atomic_write(cfg.outputs_path, lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")))
+            if cfg.details_path:
+                lines = details_lines([question for _, question, _ in rows], answers, places)
+                atomic_write(cfg.details_path, lambda f: f.write("".join(lines).encode("utf-8")))
         total, correct = evaluate_places(resolve_data_path(cfg.eval_corpus_path), predictions)
-        return Evaluation(predictions, total, correct)
+        return Evaluation(predictions, total, correct, answers, places)
+
+
+def details_lines(questions, answers, places=None):
+    """
+    A line of JSON per question: the question, the answer, its log-probability (the
+    characters and the closing MASK), its lowest character probability, whether the model
+    closed it, and, with the file's places, whether it is right (NaN scores become null).
+    """
+    lines = []
+    for i, (question, answer) in enumerate(zip(questions, answers)):
+        row = dict(question=question, answer=answer.text, logprob=answer.logprob, min_prob=answer.min_prob)
+        row["closed"] = answer.closed
+        row = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+        if places is not None:
+            row["correct"] = answer.text == places[i]
+        lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+    return lines

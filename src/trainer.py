@@ -28,6 +28,10 @@ Not exact, so off by default: batches drawn from pools of examples grouped by le
 and TF32 matmuls (precision); an epoch's span corruptions drawn at once by the dataset's
 corrupt_all (corrupt_by_epoch: the same distribution, other draws).
 
+With aux_lm_weight > 0 (finetuning only; 0, the course's objective, by default), a step
+minimises GPT-1's L_task + aux_lm_weight * L_LM: the language-model loss on the
+questions' own characters is added to the answer's (AuxiliaryLMObjective).
+
 A step whose loss is not finite stops training (TrainingDiverged, naming the step and
 its learning rate) at the next point where the loss is read back anyway (every
 log_every steps, before a checkpoint, at the epoch's end), so before anything from
@@ -60,6 +64,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
@@ -108,6 +113,7 @@ class TrainerConfig:
     data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
     epoch_end = None  # called as epoch_end(epochs_done) on every rank after each epoch, e.g. to probe the model
     corrupt_by_epoch = False  # draw each epoch's examples at once with train_dataset.corrupt_all (not per example)
+    aux_lm_weight = 0.0  # > 0: train on AuxiliaryLMObjective (finetuning with GPT-1's auxiliary LM loss)
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -153,6 +159,40 @@ def parameter_groups(model, weight_decay, groups="course"):
     decay = [p for name, p in model.named_parameters() if name in decayed]
     no_decay = [p for name, p in model.named_parameters() if name not in decayed]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def question_lm_targets(x, y):
+    """
+    (B, T) language-model targets of the text before each row's first real target (a
+    finetuning example's question): x's next character there, the pad 0 elsewhere. The
+    question's first character has no target: nothing comes before it.
+    """
+    length = y.size(1)
+    first = torch.where(y.any(dim=1), (y != 0).int().argmax(dim=1), length)
+    next_chars = torch.cat((x[:, 1:], torch.zeros_like(x[:, :1])), dim=1)
+    return torch.where(torch.arange(length, device=y.device)[None, :] < first[:, None], next_chars, 0)
+
+
+class AuxiliaryLMObjective:
+    """
+    GPT-1's finetuning objective L_task + weight * L_LM for one global batch (x, y): the
+    mean loss over y's real targets plus `weight` times the mean language-model loss over
+    the questions' characters (question_lm_targets), both means over the whole global
+    batch, so that the parts of its passes and ranks add up to the batch's objective.
+    """
+
+    def __init__(self, x, y, weight, world_size=1):
+        self.weight, self.world_size = weight, world_size
+        self.task_targets = max(1, int((y != 0).sum()))
+        self.lm_targets = max(1, int((question_lm_targets(x, y) != 0).sum()))
+
+    def __call__(self, logits, x, y):
+        """This pass's part of the objective, for the pass's rows x, y (cut as the batch was) and their logits."""
+        logits = logits.reshape(-1, logits.size(-1)).float()
+        lm_targets = question_lm_targets(x, y).reshape(-1)
+        task = F.cross_entropy(logits, y.reshape(-1), ignore_index=0, reduction="sum") / self.task_targets
+        lm = F.cross_entropy(logits, lm_targets, ignore_index=0, reduction="sum") / self.lm_targets
+        return (task + self.weight * lm) * self.world_size  # DistributedDataParallel averages the ranks' gradients
 
 
 class CheckpointError(ValueError):
@@ -249,11 +289,13 @@ class Trainer:
         size = self.config.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else len(y))
         return [(self.to_device(xp), self.to_device(yp), share) for xp, yp, share in micro_batches(x, y, size)]
 
-    def forward_backward(self, passes, weight=1.0):
+    def forward_backward(self, passes, weight=1.0, objective=None):
         """
         Forward and backward every pass of a batch, the gradients adding up to those of the
-        batch's mean loss times `weight`; returns that mean loss (detached). Under DDP the
-        gradients are averaged across ranks once, after the last pass.
+        batch's mean loss times `weight`; returns that mean loss (detached). With an
+        objective (AuxiliaryLMObjective), each pass adds its part of the objective instead,
+        and the shares are not used. Under DDP the gradients are averaged across ranks
+        once, after the last pass.
         """
         loss = 0.0
         for i, (x, y, share) in enumerate(passes):
@@ -261,7 +303,10 @@ class Trainer:
             sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
             with sync:
                 with self.autocast:
-                    _, pass_loss = self.forward(x, y)
+                    if objective is None:
+                        _, pass_loss = self.forward(x, y)
+                    else:
+                        pass_loss, share = objective(self.forward(x)[0], x, y), 1.0
                 scaled = pass_loss * (share * weight)
                 (scaled if self.scaler is None else self.scaler.scale(scaled)).backward()
             loss = loss + pass_loss.detach() * share
@@ -515,9 +560,12 @@ class Trainer:
         rank's weighted mean loss as a device scalar, not read back).
         """
         self.useful_tokens += int((y != 0).sum())  # counted on the CPU: no device sync
+        objective = None
+        if self.config.aux_lm_weight:
+            objective = AuxiliaryLMObjective(x, y, self.config.aux_lm_weight, self.world_size)
         x, y, weight = self.local_batch(x, y)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.forward_backward(self.micro_batches(x, y), weight)
+        loss = self.forward_backward(self.micro_batches(x, y), 1.0 if objective else weight, objective)
         self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_norm_clip)
         self.scaler.step(self.optimizer)

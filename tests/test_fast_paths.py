@@ -160,7 +160,7 @@ def test_cached_decoding_stops_each_row_at_its_stop_token(variant):
     expected = alone.clone()
     for row, first in enumerate(first_steps(stop_id)):
         expected[row, first:] = stop_id
-    decoded = greedy_decode_cached(model, x, steps, stop_id)
+    decoded = greedy_decode_cached(model, x, steps, stop_id).ids
     assert torch.equal(decoded, expected[:, : decoded.size(1)])
     assert (expected[:, decoded.size(1) :] == stop_id).all()
 

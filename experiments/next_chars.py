@@ -1,0 +1,82 @@
+"""
+What the model would write next, and what else it considered: the greedy continuation of
+a prompt with, for every character it writes, the k likeliest characters and their
+probabilities (decoding.next_character_choices).
+
+    python experiments/next_chars.py vanilla wiki.txt --reading_params_path finetune.params \\
+        --question "Where was Ada Lovelace born?"
+    python experiments/next_chars.py vanilla wiki.txt --reading_params_path pretrain.params \\
+        --prompt "Ada Lovelace. Ada Lovelace was born in" [--top_k 5] [--steps 20]
+
+--question asks as finetuning does (the question, then the mask character ⁇) and stops
+after the closing mask; --prompt continues any text for --steps characters, which shows
+what a pretrained-only model has stored before any finetuning. The prompt's characters
+outside the vocabulary are dropped (and said).
+"""
+
+import argparse
+import sys
+
+import src_path  # noqa: F401
+
+# isort: split
+import pipeline
+from arguments import exit_status
+from config import RunConfig
+from dataset import MASK_CHAR
+from decoding import next_character_choices
+from distributed import pick_device
+from model import VARIANTS
+
+
+def choice_lines(prompt, choices):
+    """The printed view: the prompt and the completion, then a line per written character."""
+    lines = [f"{prompt}{''.join(char for char, _ in choices)}", "character | probability | alternatives"]
+    for char, alternatives in choices:
+        others = ", ".join(f"{alt!r} {p:.3f}" for alt, p in alternatives[1:])
+        lines.append(f"{char!r} | {alternatives[0][1]:.3f} | {others}")
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("variant", choices=VARIANTS)
+    parser.add_argument("pretrain_corpus_path", help="the pretraining corpus (the vocabulary)")
+    parser.add_argument("--reading_params_path", required=True, help="the params to read (pretrained or finetuned)")
+    text = parser.add_mutually_exclusive_group(required=True)
+    text.add_argument("--question", help="a question, asked as finetuning asks it (the mask appended)")
+    text.add_argument("--prompt", help="any text to continue")
+    parser.add_argument("--top_k", type=int, default=5, help="alternatives shown per character (default 5)")
+    parser.add_argument("--steps", type=int, default=32, help="characters to write at most (default 32)")
+    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    args = parser.parse_args(argv)
+    if args.top_k < 1 or args.steps < 1:
+        parser.error("--top_k and --steps must be positive")
+    cfg = RunConfig("evaluate", args.variant, args.pretrain_corpus_path, reading_params_path=args.reading_params_path)
+
+    def run():
+        setup = pipeline.build(cfg)
+        device = pick_device(args.device)
+        corpus = setup.corpus
+        prompt = pipeline.encodable_questions(corpus, [args.prompt or args.question], "prompt")[0]
+        prompt += MASK_CHAR if args.question else ""
+        try:
+            choices = next_character_choices(
+                setup.model.to(device),
+                prompt,
+                corpus.stoi,
+                corpus.itos,
+                device,
+                args.steps,
+                args.top_k,
+                stop_char=MASK_CHAR if args.question else None,
+            )
+        except ValueError as e:
+            raise pipeline.ConfigError(str(e)) from None
+        print("\n".join(choice_lines(prompt, choices)))
+
+    return exit_status("next_chars.py", run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

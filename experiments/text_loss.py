@@ -1,0 +1,65 @@
+"""
+How well a model predicts text it has or has not seen: the span-corruption loss of a
+text file's lines (one example per line, laid out as pretraining lays them out, drawn
+from a generator seeded with --seed, so the same examples for every model), in nats and
+bits per target character (perplexity.corruption_loss).
+
+    python experiments/text_loss.py vanilla wiki.txt --reading_params_path pretrain.params \\
+        --text_path held_out.txt [--seed 0]
+
+Characters outside the pretraining corpus's vocabulary are dropped (and said). To hold a
+part of wiki.txt out of pretraining and watch its loss every epoch, pretraining has the
+recipe field held_out_fraction (run.py pretrain ... --held_out_fraction 0.05).
+"""
+
+import argparse
+import sys
+
+import src_path  # noqa: F401
+
+# isort: split
+import pipeline
+from arguments import exit_status
+from config import RunConfig
+from dataset import corpus_lines
+from distributed import pick_device
+from model import VARIANTS
+from perplexity import bits_per_character, corruption_loss
+
+
+def text_loss(cfg, text_path, seed=0, device="cpu"):
+    """(nats, targets, documents) of the text file's lines under cfg's params (reading_params_path)."""
+    setup = pipeline.build(cfg)
+    corpus = setup.corpus
+    lines = pipeline.encodable_questions(corpus, corpus_lines(pipeline.read_text(text_path, "text")), "text")
+    documents = corpus.with_documents(line for line in lines if line)
+    if not len(documents):
+        raise pipeline.ConfigError(f"{text_path} has no characters of the vocabulary")
+    device = pick_device(device)
+    nats, targets = corruption_loss(setup.model.to(device), documents, device, seed)
+    return nats, targets, len(documents)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("variant", choices=VARIANTS)
+    parser.add_argument("pretrain_corpus_path", help="the pretraining corpus (the vocabulary)")
+    parser.add_argument("--reading_params_path", required=True)
+    parser.add_argument("--text_path", required=True, help="the text to score, a document per line")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the span corruptions (default 0)")
+    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    args = parser.parse_args(argv)
+    cfg = RunConfig("evaluate", args.variant, args.pretrain_corpus_path, reading_params_path=args.reading_params_path)
+
+    def run():
+        nats, targets, documents = text_loss(cfg, args.text_path, args.seed, args.device)
+        print(
+            f"{args.text_path}: loss {nats / targets:.4f} nats, {bits_per_character(nats, targets):.3f} bits "
+            f"per character ({targets} target characters of {documents} documents, seed {args.seed})"
+        )
+
+    return exit_status("text_loss.py", run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""
+How well a model predicts text: the span-corruption loss of a corpus's documents in
+nats and bits per target character, each document's example drawn once from a seeded
+generator, so that two models (or two epochs of one) are scored on the same examples.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from batching import real_lengths
+
+
+@torch.no_grad()
+def corruption_loss(model, dataset, device, seed=0, batch_size=64):
+    """
+    (nats summed over every real target, number of those targets) of one span-corruption
+    example per document of `dataset` (a CharCorruptionDataset), drawn with its corrupt_all
+    and a generator seeded with `seed`; dropout off, the model's mode left as it was.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    x, y = dataset.corrupt_all(torch.arange(len(dataset)), generator)
+    was_training = model.training
+    model.eval()
+    nats, targets = 0.0, 0
+    for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
+        n = max(1, int(real_lengths(yb).max()))  # nothing after the last real target is scored
+        logits, _ = model(xb[:, :n].to(device))
+        flat = logits.reshape(-1, logits.size(-1)).float()
+        nats += F.cross_entropy(flat, yb[:, :n].reshape(-1).to(device), ignore_index=0, reduction="sum").item()
+        targets += int((yb != 0).sum())
+    model.train(was_training)
+    return nats, targets
+
+
+def bits_per_character(nats, targets):
+    """A summed loss in nats as bits per target character."""
+    return nats / max(1, targets) / math.log(2)

@@ -1,0 +1,253 @@
+"""
+The instruments on small trained models: confidence per answer (the details file), the
+next-character view, held-out perplexity, and GPT-1's auxiliary language-model loss.
+"""
+
+import dataclasses
+import json
+import math
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import confidence
+import next_chars
+import pipeline
+import text_loss
+from config import Recipe, RunConfig
+from dataset import MASK_CHAR, NameDataset
+from decoding import greedy_completions, next_character_choices
+from model import GPT, variant_config
+from trainer import AuxiliaryLMObjective, Trainer, TrainerConfig, question_lm_targets
+from world import build_world
+
+SIZES = dict(n_layer=2, n_head=2, n_embd=32)
+RECIPE = Recipe(dropout=0.0, pretrain_lr=3e-3, **SIZES)
+
+
+def cfg(function, folder, recipe=RECIPE, **more):
+    return RunConfig(
+        function,
+        "vanilla",
+        str(folder / "wiki.txt"),
+        recipe=recipe,
+        batch_size=16,
+        device="cpu",
+        num_workers=0,
+        tensorboard_root=str(folder / "expt"),
+        **more,
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A small world, a model pretrained on its biographies, and a copy finetuned on its training questions."""
+    folder = tmp_path_factory.mktemp("instruments")
+    for name, text in build_world(n_train=60, n_dev=30, n_test=5, n_places=8, seed=5).items():
+        (folder / name).write_text(text, encoding="utf-8")
+    pipeline.pretrain(cfg("pretrain", folder, writing_params_path=str(folder / "pre.params"), max_epochs=30))
+    pipeline.finetune(
+        cfg(
+            "finetune",
+            folder,
+            reading_params_path=str(folder / "pre.params"),
+            writing_params_path=str(folder / "ft.params"),
+            finetune_corpus_path=str(folder / "birth_places_train.tsv"),
+            max_epochs=20,
+        )
+    )
+    return folder
+
+
+def load(folder, params):
+    setup = pipeline.build(cfg("evaluate", folder, reading_params_path=str(folder / params)))
+    return setup.model.eval(), setup.corpus
+
+
+# ---------------------------------------------------------------------------- confidence
+
+
+def direct_logprob(model, corpus, prompt, written):
+    """Σ log p(written[i] | prompt + written[:i]) from one forward pass of the whole text."""
+    ids = torch.tensor([[corpus.stoi[c] for c in prompt + written]])
+    with torch.no_grad():
+        logits, _ = model(ids[:, :-1])
+    logprobs = logits[0, len(prompt) - 1 :].log_softmax(-1)
+    return [float(logprobs[i, ids[0, len(prompt) + i]]) for i in range(len(written))]
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_the_details_file_agrees_with_the_predictions_and_a_direct_forward(trained, sequential):
+    details, outputs = trained / f"dev{sequential}.details", trained / f"dev{sequential}.predictions"
+    result = pipeline.evaluate(
+        cfg(
+            "evaluate",
+            trained,
+            dataclasses.replace(RECIPE, sequential_decoding=sequential),
+            reading_params_path=str(trained / "ft.params"),
+            eval_corpus_path=str(trained / "birth_dev.tsv"),
+            outputs_path=str(outputs),
+            details_path=str(details),
+        )
+    )
+    rows = [json.loads(line) for line in details.read_text(encoding="utf-8").splitlines()]
+    predictions = outputs.read_text(encoding="utf-8").splitlines()
+    places = [line.split("\t")[1] for line in (trained / "birth_dev.tsv").read_text(encoding="utf-8").splitlines()]
+    assert [row["answer"] for row in rows] == predictions == result.predictions
+    assert [row["correct"] for row in rows] == [p == a for p, a in zip(places, predictions)]
+    assert sum(row["correct"] for row in rows) == result.correct
+    model, corpus = load(trained, "ft.params")
+    closed = [row for row in rows if row["closed"]]
+    assert len(closed) >= len(rows) // 2  # the finetuned model closes its answers: the test reads the closing mask
+    for row in rows:
+        written = row["answer"] + MASK_CHAR if row["closed"] else row["answer"]
+        if not row["closed"] and len(row["answer"]) < 32:
+            continue  # cut at a line break: which one is not in the file
+        direct = direct_logprob(model, corpus, row["question"] + MASK_CHAR, written)
+        assert row["logprob"] == pytest.approx(sum(direct), abs=1e-3)
+        assert row["min_prob"] == pytest.approx(math.exp(min(direct)), rel=1e-3)
+
+
+def test_the_confidence_summary_ranks_answers_by_log_probability():
+    rows = [(-0.1, True), (-0.2, True), (-0.5, False), (-1.0, True), (-2.0, False), (-3.0, False)]
+    assert confidence.coverage_curve(rows)[:3] == [(1 / 6, 1.0), (2 / 6, 1.0), (3 / 6, 2 / 3)]
+    assert confidence.area_under_coverage(rows) == pytest.approx((1 + 1 + 2 / 3 + 3 / 4 + 3 / 5 + 3 / 6) / 6)
+    assert confidence.auroc(rows) == pytest.approx(8 / 9)  # the right answers beat 3, 3 and 2 of the 3 wrong ones
+    assert confidence.auroc([(-1.0, True), (-1.0, False)]) == 0.5
+    groups = confidence.quintiles(rows * 5)
+    assert sum(answers for _, _, answers, _ in groups) == 30 and groups[0][1] == -0.1
+
+
+def test_confidence_py_writes_details_and_prints_the_summary(trained, tmp_path, capsys):
+    details = tmp_path / "dev.details.jsonl"
+    code = confidence.main(
+        ["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "ft.params"),
+         "--eval_corpus_path", str(trained / "birth_dev.tsv"), "--details_path", str(details), "--device", "cpu"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("Correct: ") and "AUROC" in out
+    assert len(details.read_text(encoding="utf-8").splitlines()) == 30
+    assert confidence.main(["--summarise", str(details)]) == 0
+    assert capsys.readouterr().out == out.split("\n", 1)[1]
+
+
+# ---------------------------------------------------------------------------- the next characters
+
+
+def test_the_next_character_view_follows_the_greedy_answer(trained, capsys):
+    model, corpus = load(trained, "ft.params")
+    question = (trained / "birth_dev.tsv").read_text(encoding="utf-8").split("\t")[0]
+    choices = next_character_choices(model, question + MASK_CHAR, corpus.stoi, corpus.itos, "cpu", 32, 5, MASK_CHAR)
+    greedy = greedy_completions(model, [question + MASK_CHAR], corpus.stoi, corpus.itos, "cpu", 32, MASK_CHAR)[0]
+    written = "".join(char for char, _ in choices)
+    assert greedy.startswith(written) and written.endswith(MASK_CHAR)
+    first = direct_softmax(model, corpus, question + MASK_CHAR)
+    for char, alternatives in choices:
+        probabilities = [p for _, p in alternatives]
+        assert alternatives[0][0] == char and len(alternatives) == 5
+        assert sum(probabilities) <= 1 + 1e-6 and probabilities[0] >= max(probabilities[1:])
+        assert probabilities[1:] == sorted(probabilities[1:], reverse=True)
+    for alternative, p in choices[0][1]:
+        assert p == pytest.approx(float(first[corpus.stoi[alternative]]), abs=1e-5)
+    assert next_chars.main(["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "ft.params"),
+                            "--question", question, "--device", "cpu"]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == question + MASK_CHAR + written and len(lines) == 2 + len(choices)
+
+
+def direct_softmax(model, corpus, prompt):
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([[corpus.stoi[c] for c in prompt]]))
+    return logits[0, -1].softmax(-1)
+
+
+# ---------------------------------------------------------------------------- perplexity
+
+
+def shuffled_lines(text, seed=0):
+    rng = random.Random(seed)
+    return "\n".join("".join(rng.sample(line, len(line))) for line in text.splitlines()) + "\n"
+
+
+def test_a_model_predicts_its_own_text_better_than_the_same_characters_shuffled(trained, tmp_path, capsys):
+    shuffled = tmp_path / "shuffled.txt"
+    shuffled.write_text(shuffled_lines((trained / "wiki.txt").read_text(encoding="utf-8")), encoding="utf-8")
+    evaluate = cfg("evaluate", trained, reading_params_path=str(trained / "pre.params"))
+    own, own_targets, documents = text_loss.text_loss(evaluate, str(trained / "wiki.txt"))
+    other, other_targets, _ = text_loss.text_loss(evaluate, str(shuffled))
+    assert own / own_targets < other / other_targets - 0.5
+    assert documents == len((trained / "wiki.txt").read_text(encoding="utf-8").splitlines())
+    again, _, _ = text_loss.text_loss(evaluate, str(trained / "wiki.txt"))
+    assert again == own  # the seed fixes the span corruptions
+    args = ["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "pre.params"),
+            "--text_path", str(shuffled), "--device", "cpu"]  # fmt: skip
+    assert text_loss.main(args) == 0
+    assert "bits per character" in capsys.readouterr().out
+
+
+def test_held_out_documents_are_left_out_of_pretraining_and_scored_every_epoch(trained, tmp_path, caplog):
+    corpus = pipeline.load_corpus(str(trained / "wiki.txt"))
+    kept, held_out = pipeline.held_out_split(corpus, 0.2, "wiki.txt")
+    assert len(held_out) == round(0.2 * len(corpus)) and len(kept) + len(held_out) == len(corpus)
+    assert sorted(kept.data + held_out.data) == sorted(corpus.data)
+    assert pipeline.held_out_split(corpus, 0.2, "wiki.txt")[1].data == held_out.data  # the same every run
+    assert held_out.stoi == corpus.stoi
+    recipe = dataclasses.replace(RECIPE, held_out_fraction=0.2)
+    run = cfg("pretrain", trained, writing_params_path=str(tmp_path / "p.params"), max_epochs=2)
+    caplog.set_level("INFO", logger="pipeline")
+    pipeline.pretrain(dataclasses.replace(run, recipe=recipe))
+    lines = [r.getMessage() for r in caplog.records if "held-out loss" in r.getMessage()]
+    assert [line.split(":")[0] for line in lines] == ["epoch 1", "epoch 2"]
+
+
+# ---------------------------------------------------------------------------- GPT-1's auxiliary loss
+
+
+def finetuning_batch(trained, rows=12):
+    corpus = pipeline.load_corpus(str(trained / "wiki.txt"))
+    names = NameDataset(corpus, (trained / "birth_places_train.tsv").read_text(encoding="utf-8"))
+    x, y = map(torch.stack, zip(*[names[i] for i in range(rows)]))
+    return corpus, names, x, y
+
+
+def test_the_auxiliary_targets_are_the_question_after_its_first_character(trained):
+    corpus, names, x, y = finetuning_batch(trained)
+    targets = question_lm_targets(x, y)
+    for row, (question, _) in enumerate(names.data[: len(x)]):
+        expected = [corpus.stoi[c] for c in question[1:]]
+        assert targets[row, : len(question) - 1].tolist() == expected
+        assert not targets[row, len(question) - 1 :].any()
+
+
+def test_the_auxiliary_objective_is_the_task_loss_plus_lambda_times_the_question_loss(trained):
+    corpus, _, x, y = finetuning_batch(trained)
+    torch.manual_seed(0)
+    model = GPT(variant_config("vanilla", corpus.vocab_size, 128, **SIZES, dropout=0.0))
+    with torch.no_grad():
+        logits, task_loss = model(x, y)
+    lm_loss = F.cross_entropy(logits.flatten(0, 1), question_lm_targets(x, y).flatten(), ignore_index=0)
+    assert AuxiliaryLMObjective(x, y, 0.0)(logits, x, y) == pytest.approx(float(task_loss), abs=1e-6)
+    whole = AuxiliaryLMObjective(x, y, 0.5)
+    assert whole(logits, x, y) == pytest.approx(float(task_loss + 0.5 * lm_loss), abs=1e-5)
+    halves = whole(logits[:5], x[:5], y[:5]) + whole(logits[5:], x[5:], y[5:])  # passes and ranks add up
+    assert halves == pytest.approx(float(whole(logits, x, y)), abs=1e-5)
+
+
+def test_a_zero_weight_takes_the_course_step_and_a_positive_one_another(trained):
+    corpus, names, _, _ = finetuning_batch(trained)
+    params = {}
+    for weight in (0.0, 0.5):
+        torch.manual_seed(0)
+        model = GPT(variant_config("vanilla", corpus.vocab_size, 128, **SIZES, dropout=0.0))
+        config = TrainerConfig(max_epochs=1, batch_size=16, learning_rate=1e-3, device="cpu", data_seed=0,
+                               aux_lm_weight=weight)  # fmt: skip
+        Trainer(model, names, None, config).train()
+        params[weight] = model.state_dict()
+    torch.manual_seed(0)
+    model = GPT(variant_config("vanilla", corpus.vocab_size, 128, **SIZES, dropout=0.0))
+    Trainer(model, names, None, TrainerConfig(max_epochs=1, batch_size=16, learning_rate=1e-3, device="cpu",
+                                              data_seed=0)).train()  # fmt: skip
+    assert all(torch.equal(model.state_dict()[k], params[0.0][k]) for k in params[0.0])
+    assert not all(torch.equal(params[0.5][k], params[0.0][k]) for k in params[0.0])
