@@ -162,8 +162,12 @@ def main(argv=None):
                      "or --summarise DETAILS")  # fmt: skip
 
     def run():
-        details = args.summarise
-        if not details:
+        if args.summarise:
+            try:
+                rows = read_details(args.summarise)
+            except (OSError, ValueError, KeyError) as e:
+                raise pipeline.ConfigError(f"cannot read the details file {args.summarise}: {e}") from None
+        else:
             cfg = RunConfig(
                 "evaluate",
                 args.variant,
@@ -179,11 +183,10 @@ def main(argv=None):
                 print(f"details written to {args.details_path}; no targets provided!")
                 return
             print(score_line(result.total, result.correct))
-            details = args.details_path
-        try:
-            rows = read_details(details)
-        except (OSError, ValueError, KeyError) as e:
-            raise pipeline.ConfigError(f"cannot read the details file {details}: {e}") from None
+            rows = [(a.logprob, a.text == place) for a, place in zip(result.answers, result.places)]
+            rows = [(logprob, right) for logprob, right in rows if not math.isnan(logprob)]
+        if not rows:
+            raise pipeline.ConfigError("no scored answers to summarise")
         print("\n".join(summary_lines(rows)))
         if args.plot:
             try:

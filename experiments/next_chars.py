@@ -25,7 +25,6 @@ from arguments import exit_status
 from config import RunConfig
 from dataset import MASK_CHAR
 from decoding import next_character_choices
-from distributed import pick_device
 from model import VARIANTS
 
 
@@ -52,11 +51,17 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.top_k < 1 or args.steps < 1:
         parser.error("--top_k and --steps must be positive")
-    cfg = RunConfig("evaluate", args.variant, args.pretrain_corpus_path, reading_params_path=args.reading_params_path)
+    cfg = RunConfig(
+        "evaluate",
+        args.variant,
+        args.pretrain_corpus_path,
+        reading_params_path=args.reading_params_path,
+        device=args.device,
+    )
 
     def run():
         setup = pipeline.build(cfg)
-        device = pick_device(args.device)
+        device = pipeline.start_device(cfg)
         corpus = setup.corpus
         prompt = pipeline.encodable_questions(corpus, [args.prompt or args.question], "prompt")[0]
         prompt += MASK_CHAR if args.question else ""

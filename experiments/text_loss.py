@@ -22,20 +22,19 @@ import pipeline
 from arguments import exit_status
 from config import RunConfig
 from dataset import corpus_lines
-from distributed import pick_device
 from model import VARIANTS
 from perplexity import bits_per_character, corruption_loss
 
 
-def text_loss(cfg, text_path, seed=0, device="cpu"):
-    """(nats, targets, documents) of the text file's lines under cfg's params (reading_params_path)."""
+def text_loss(cfg, text_path, seed=0):
+    """(nats, targets, documents) of the text file's lines under cfg's params (reading_params_path), on cfg's device."""
     setup = pipeline.build(cfg)
     corpus = setup.corpus
     lines = pipeline.encodable_questions(corpus, corpus_lines(pipeline.read_text(text_path, "text")), "text")
     documents = corpus.with_documents(line for line in lines if line)
     if not len(documents):
         raise pipeline.ConfigError(f"{text_path} has no characters of the vocabulary")
-    device = pick_device(device)
+    device = pipeline.start_device(cfg)
     nats, targets = corruption_loss(setup.model.to(device), documents, device, seed)
     return nats, targets, len(documents)
 
@@ -49,10 +48,16 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the span corruptions (default 0)")
     parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     args = parser.parse_args(argv)
-    cfg = RunConfig("evaluate", args.variant, args.pretrain_corpus_path, reading_params_path=args.reading_params_path)
+    cfg = RunConfig(
+        "evaluate",
+        args.variant,
+        args.pretrain_corpus_path,
+        reading_params_path=args.reading_params_path,
+        device=args.device,
+    )
 
     def run():
-        nats, targets, documents = text_loss(cfg, args.text_path, args.seed, args.device)
+        nats, targets, documents = text_loss(cfg, args.text_path, args.seed)
         print(
             f"{args.text_path}: loss {nats / targets:.4f} nats, {bits_per_character(nats, targets):.3f} bits "
             f"per character ({targets} target characters of {documents} documents, seed {args.seed})"

@@ -118,13 +118,13 @@ def greedy_completions(
         x = torch.tensor([encoded[i] for i in rows], dtype=torch.long, device=device)
         if sequential or x.size(1) + steps - 1 > context:
             out = sample(model, x, steps)[:, x.size(1) :]
-            logprobs = read_logprobs(model, x, out) if scored else out
+            logprobs = read_logprobs(model, x, out) if scored else None
         else:
             decoded = greedy_decode_cached(model, x, steps, stop_id)
             out, logprobs = decoded.ids, decoded.logprobs
-        for i, ids, scores in zip(rows, out.tolist(), logprobs.tolist()):
+        for row, (i, ids) in enumerate(zip(rows, out.tolist())):
             text = "".join(itos[i] for i in ids)
-            generated[i] = (text, scores) if scored else text
+            generated[i] = (text, logprobs[row].tolist()) if scored else text
     model.train(was_training)
     return generated
 
@@ -145,10 +145,10 @@ class Answer:
     closed: bool
 
 
-def answer_of(completion, logprobs):
-    """The Answer in a completion of a question+MASK prompt (see predict_places)."""
+def answer_of(completion, logprobs=None):
+    """The Answer in a completion of a question+MASK prompt (see predict_places); NaN scores without logprobs."""
     end = re.search(f"[{MASK_CHAR}\r\n]", completion)
-    scored = logprobs[: end.end()] if end else logprobs
+    scored = [math.nan] if logprobs is None else logprobs[: end.end()] if end else logprobs
     return Answer(
         text=completion[: end.start()] if end else completion,
         logprob=sum(scored),
@@ -158,7 +158,10 @@ def answer_of(completion, logprobs):
 
 
 def predict_answers(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
-    """predict_places' answers as Answers, scored in the same decoding."""
+    """
+    predict_places' answers as Answers, scored in the same decoding (with sequential=True,
+    by one more forward pass per question after `sample`).
+    """
     prompts = [question + MASK_CHAR for question in questions]
     completions = greedy_completions(
         model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential, scored=True
@@ -175,8 +178,9 @@ def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=25
     up to a line break if it writes one: the vocabulary holds the corpus's newline,
     and a place never contains one, so every answer fits on one line of a predictions file.
     """
-    answers = predict_answers(model, questions, stoi, itos, device, steps, batch_size, sequential)
-    return [answer.text for answer in answers]
+    prompts = [question + MASK_CHAR for question in questions]
+    completions = greedy_completions(model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential)
+    return [answer_of(text).text for text in completions]
 
 
 def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_char=None):

@@ -132,6 +132,9 @@ def check_config(cfg):
     if cfg.recipe.corrupt_by_epoch and cfg.mix_corpus_path:
         raise ConfigError("corrupt_by_epoch draws span corruptions only: it cannot be combined with mixed pairs")
     inputs = {os.path.realpath(resolve_data_path(getattr(cfg, n))): n for n in cfg.INPUTS if getattr(cfg, n)}
+    outputs = [os.path.realpath(getattr(cfg, n)) for n in cfg.OUTPUTS if getattr(cfg, n)]
+    if len(set(outputs)) < len(outputs):
+        raise ConfigError(f"two outputs are one file ({', '.join(cfg.OUTPUTS)} must differ)")
     for name in cfg.OUTPUTS:
         path = getattr(cfg, name)
         if path and os.path.realpath(path) in inputs:

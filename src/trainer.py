@@ -564,8 +564,10 @@ class Trainer:
         if self.config.aux_lm_weight:
             objective = AuxiliaryLMObjective(x, y, self.config.aux_lm_weight, self.world_size)
         x, y, weight = self.local_batch(x, y)
+        if objective is not None:  # normalised over the global batch already; a rank's placeholder row counts for 0
+            weight = float(weight > 0)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.forward_backward(self.micro_batches(x, y), 1.0 if objective else weight, objective)
+        loss = self.forward_backward(self.micro_batches(x, y), weight, objective)
         self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_norm_clip)
         self.scaler.step(self.optimizer)

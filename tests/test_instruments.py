@@ -251,3 +251,26 @@ def test_a_zero_weight_takes_the_course_step_and_a_positive_one_another(trained)
                                               data_seed=0)).train()  # fmt: skip
     assert all(torch.equal(model.state_dict()[k], params[0.0][k]) for k in params[0.0])
     assert not all(torch.equal(params[0.5][k], params[0.0][k]) for k in params[0.0])
+
+
+def test_the_instruments_refuse_bad_input_in_one_line(trained, tmp_path, capsys):
+    same = str(tmp_path / "dev.out")
+    with pytest.raises(pipeline.ConfigError, match="two outputs are one file"):
+        pipeline.evaluate(
+            cfg("evaluate", trained, reading_params_path=str(trained / "ft.params"),
+                eval_corpus_path=str(trained / "birth_dev.tsv"), outputs_path=same, details_path=same)
+        )  # fmt: skip
+    unanswered = tmp_path / "test.details"
+    unanswered.write_text(json.dumps(dict(question="Where was A born?", answer="B", logprob=-1.0)) + "\n")
+    for main, args in [
+        (confidence.main, ["--summarise", str(unanswered)]),
+        (confidence.main, ["--summarise", str(tmp_path / "missing.details")]),
+        (next_chars.main, ["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "pre.params"),
+                           "--prompt", "a" * 200]),
+        (text_loss.main, ["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(tmp_path / "none.params"),
+                          "--text_path", str(trained / "wiki.txt")]),
+    ]:  # fmt: skip
+        capsys.readouterr()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err

@@ -389,8 +389,12 @@ def test_messy_files_run_end_to_end(tiny_world, tmp_path, capsys):
 # --- torchrun --------------------------------------------------------------------------------------------
 
 
-def train_on_ranks(rank, world_size, port, wiki, results, rope=False):
-    """One rank of a DDP run (or the single process) on the tiny world, without dropout."""
+def train_on_ranks(rank, world_size, port, wiki, results, rope=False, pairs=None):
+    """
+    One rank of a DDP run (or the single process) on the tiny world, without dropout: pretraining,
+    or with `pairs` finetuning with the auxiliary LM loss, in batches of 59 of the 60 pairs
+    (the second batch's one row leaves rank 1 a placeholder row that must count for nothing).
+    """
     import torch.distributed as dist
 
     if world_size > 1:
@@ -399,9 +403,12 @@ def train_on_ranks(rank, world_size, port, wiki, results, rope=False):
     random.seed(0)
     torch.manual_seed(0)
     dataset = CharCorruptionDataset(wiki, 64)
+    vocab_size = dataset.vocab_size
+    if pairs is not None:
+        dataset = NameDataset(dataset, pairs)
     model = GPT(
         GPTConfig(
-            dataset.vocab_size,
+            vocab_size,
             64,
             n_layer=2,
             n_head=2,
@@ -414,7 +421,8 @@ def train_on_ranks(rank, world_size, port, wiki, results, rope=False):
     )
     config = TrainerConfig(
         max_epochs=2,
-        batch_size=16,
+        batch_size=16 if pairs is None else 59,
+        aux_lm_weight=0.0 if pairs is None else 0.5,
         learning_rate=3e-3,
         lr_decay=True,
         warmup_tokens=100,
@@ -439,17 +447,21 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("rope", [False, True])
-def test_two_ranks_train_like_one_process(tiny_world, tmp_path, rope):
+@pytest.mark.parametrize("rope, auxiliary", [(False, False), (True, False), (False, True)])
+def test_two_ranks_train_like_one_process(tiny_world, tmp_path, rope, auxiliary):
     """Same global batches and schedule: two gloo ranks end where one process does (up to float rounding)."""
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
         wiki = f.read()
-    train_on_ranks(0, 1, None, wiki, tmp_path / "one.pt", rope)
+    pairs = None
+    if auxiliary:
+        with open(tiny_world["train.tsv"], encoding="utf-8") as f:
+            pairs = f.read()
+    train_on_ranks(0, 1, None, wiki, tmp_path / "one.pt", rope, pairs)
     mp.start_processes(
-        train_on_ranks, args=(2, free_port(), wiki, tmp_path / "two.pt", rope), nprocs=2, start_method="spawn"
+        train_on_ranks, args=(2, free_port(), wiki, tmp_path / "two.pt", rope, pairs), nprocs=2, start_method="spawn"
     )
     one, two = torch.load(tmp_path / "one.pt", weights_only=True), torch.load(tmp_path / "two.pt", weights_only=True)
-    assert one["step"] == two["step"] == 12
+    assert one["step"] == two["step"] == (4 if auxiliary else 12)
     assert one["losses"] == pytest.approx(two["losses"], rel=1e-4)
     for key, value in one["state"].items():
         torch.testing.assert_close(two["state"][key], value, rtol=1e-3, atol=1e-5)
