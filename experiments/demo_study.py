@@ -4,12 +4,17 @@ One configuration of the demo-world study (docs/demo.md): a generated world, pre
 and the three figures the demo prints, as one JSON line.
 
     python experiments/demo_study.py --seed 0 --split tune [--variant rope] [--epochs 150] [--mix_copies K]
-        [--max_shift 13] [--finetune_lr 1e-3] [--finetune_epochs 10] [--world "--n_train 80 ..."] --out DIR
+        [--max_shift 13] [--finetune_lr 1e-3] [--finetune_epochs 10] [--finetune_frozen mlp]
+        [--finetune_recalled] [--finetune_lm_weight 0 0.5 ...] [--world "--n_train 80 ..."] --out DIR
 
 --split tune holds the last fifth of the world's training people out (their questions
 never seen, scored after finetuning on the rest): the split to choose settings on.
 --split dev finetunes on every training person and scores the dev people: for the chosen
 settings, once. Everything else is the demo's (run.sh demo), so that a winner can become it.
+--finetune_recalled finetunes only on the seen people whose birthplace the pretrained model
+completes from their biography. Several --finetune_lm_weight values finetune the one
+pretrained model once each (a row each); the pretrain+finetune answers' details go to
+DIR/finetune*.params.details (experiments/confidence.py --summarise reads them).
 """
 
 import argparse
@@ -28,9 +33,9 @@ import world
 from arguments import exit_status
 from config import HANDOUT, RunConfig
 from dataset import question_place_pairs
+from decoding import recalled_places
 from london_baseline import most_frequent_place
 from model import VARIANTS
-from recall import recall
 
 DEMO_WORLD = "--n_train 80 --n_dev 20 --n_test 10 --n_places 30 --bios_per_person 3 --shuffle_sentences --full_names"
 
@@ -69,6 +74,7 @@ def study(args):
             finetune_batch_size=32,
             finetune_lr=args.finetune_lr,
             finetune_epochs_from_pretrained=args.finetune_epochs,
+            finetune_frozen=args.finetune_frozen,
             max_shift=args.max_shift,
         )
     except ValueError as e:
@@ -79,43 +85,58 @@ def study(args):
     pretrained = str(out / "pretrain.params")
     mix = pairs_file(out / "mixed.tsv", seen * args.mix_copies) if args.mix_copies else None
     pipeline.pretrain(RunConfig("pretrain", writing_params_path=pretrained, mix_corpus_path=mix, **common))
-    recalled, probed = recall(RunConfig("evaluate", reading_params_path=pretrained, **common), scored)
+    setup = pipeline.build(RunConfig("evaluate", reading_params_path=pretrained, **common))
+    corpus = setup.corpus
+    known = recalled_places(setup.model, corpus.data, scored + seen, corpus.stoi, corpus.itos, "cpu")
+    recalled, probed = sum(r is True for r in known[: len(scored)]), sum(r is not None for r in known[: len(scored)])
+    finetuned_on = seen_path
+    if args.finetune_recalled:
+        recalled_seen = [pair for pair, r in zip(seen, known[len(scored) :]) if r]
+        finetuned_on = pairs_file(out / "seen_recalled.tsv", recalled_seen)
 
-    def answered(params, **finetuning):
-        pipeline.finetune(RunConfig("finetune", writing_params_path=params, finetune_corpus_path=seen_path,
-                                    **finetuning, **common))  # fmt: skip
+    def answered(params, cfg_recipe, **finetuning):
+        run = dict(common, recipe=cfg_recipe)
+        pipeline.finetune(RunConfig("finetune", writing_params_path=params, finetune_corpus_path=finetuned_on,
+                                    **finetuning, **run))  # fmt: skip
         evaluation = pipeline.evaluate(
             RunConfig(
                 "evaluate",
                 reading_params_path=params,
                 eval_corpus_path=scored_path,
                 outputs_path=params + ".predictions",
-                **common,
+                details_path=params + ".details",
+                **run,
             )  # fmt: skip
         )
         return evaluation.correct
 
-    with_pretraining = answered(str(out / "finetune.params"), reading_params_path=pretrained)
-    scratch = answered(str(out / "scratch.params")) if args.scratch else None
     frequent = most_frequent_place(seen_path)
-    row = dict(
-        seed=args.seed,
-        split=args.split,
-        variant=args.variant,
-        epochs=args.epochs,
-        mix_copies=args.mix_copies,
-        max_shift=args.max_shift,
-        finetune_lr=args.finetune_lr,
-        finetune_epochs=args.finetune_epochs,
-        world=args.world,
-        scored=len(scored),
-        recalled=f"{recalled}/{probed}",
-        pretrain_finetune=with_pretraining,
-        finetune_only=scratch,
-        most_frequent=sum(place == frequent for _, place in scored),
-        seconds=round(time.monotonic() - start, 1),
-    )
-    print(json.dumps(row), flush=True)
+    scratch = answered(str(out / "scratch.params"), recipe) if args.scratch else None
+    for weight in args.finetune_lm_weight:
+        suffix = f"_lm{weight:g}" if len(args.finetune_lm_weight) > 1 else ""
+        with_weight = dataclasses.replace(recipe, finetune_lm_weight=weight)
+        with_pretraining = answered(str(out / f"finetune{suffix}.params"), with_weight, reading_params_path=pretrained)
+        row = dict(
+            seed=args.seed,
+            split=args.split,
+            variant=args.variant,
+            epochs=args.epochs,
+            mix_copies=args.mix_copies,
+            max_shift=args.max_shift,
+            finetune_lr=args.finetune_lr,
+            finetune_epochs=args.finetune_epochs,
+            finetune_frozen=args.finetune_frozen,
+            finetune_lm_weight=weight,
+            finetuned_on=len(pipeline.read_pairs(finetuned_on, "pairs", question_place_pairs)),
+            world=args.world,
+            scored=len(scored),
+            recalled=f"{recalled}/{probed}",
+            pretrain_finetune=with_pretraining,
+            finetune_only=scratch,
+            most_frequent=sum(place == frequent for _, place in scored),
+            seconds=round(time.monotonic() - start, 1),
+        )
+        print(json.dumps(row), flush=True)
 
 
 def main(argv=None):
@@ -134,6 +155,13 @@ def main(argv=None):
     parser.add_argument("--max_shift", type=int, default=0, help="pretraining examples shifted by 0..N pads")
     parser.add_argument("--finetune_lr", type=float, default=1e-3)
     parser.add_argument("--finetune_epochs", type=int, default=10)
+    parser.add_argument("--finetune_frozen", default="", help="parts finetuning leaves frozen (a recipe field)")
+    parser.add_argument(
+        "--finetune_recalled", action="store_true", help="finetune only on the seen people the model recalls"
+    )
+    parser.add_argument(
+        "--finetune_lm_weight", type=float, nargs="+", default=[0.0], help="GPT-1's auxiliary loss weight(s)"
+    )
     parser.add_argument("--scratch", action="store_true", help="also finetune without pretraining")
     parser.add_argument("--world", default=DEMO_WORLD, help="world.py's flags (default: the demo's)")
     parser.add_argument("--out", required=True, help="folder for the world, params and predictions")

@@ -17,6 +17,9 @@ BOTTLENECK_DIM = 32  # the perceiver's latent length m: the course's command-lin
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
 LENGTH_GROUPING_POOL = 16  # with group_by_length, pretraining batches per pool of examples grouped by length
 CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA (none on the CPU)
+# the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
+# LayerNorms (ln1, ln2 and the final ln_f), the output head
+FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
 HELD_OUT_SEED = 0  # which documents held_out_fraction holds out, and their span corruptions
 
 
@@ -58,6 +61,7 @@ class Recipe:
     shifted_epochs: int = 0  # pretraining's closing stage on shifted examples: none in the handout's
     shifted_lr: float = 6e-4  # its peak: a tenth of pretrain_lr, the cosine's floor
     shifted_max_shift: int = 13  # up to the name's position in the questions (10), and a little past
+    finetune_frozen: str = ""  # parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)
     finetune_lm_weight: float = 0.0  # GPT-1's auxiliary loss: finetuning adds this times the LM loss on the question
     held_out_fraction: float = (
         0.0  # pretraining holds out this part of the corpus's documents, its loss logged per epoch
@@ -91,9 +95,16 @@ class Recipe:
         for name in ("max_shift", "shifted_max_shift"):
             if getattr(self, name) > longest_shift(BLOCK_SIZE):
                 raise ValueError(f"{name} must be at most {longest_shift(BLOCK_SIZE)}, got {getattr(self, name)}")
+        unknown = set(self.frozen_parts()) - set(FREEZABLE)
+        if unknown:
+            raise ValueError(f"finetune_frozen: {', '.join(sorted(unknown))} is not one of {', '.join(FREEZABLE)}")
         for name, choices in (("decay_groups", DECAY_GROUPS), ("lr_schedule", LR_SCHEDULES), ("precision", PRECISIONS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+
+    def frozen_parts(self):
+        """The model's parts that finetuning leaves as they are (finetune_frozen's list)."""
+        return [part for part in self.finetune_frozen.split(",") if part]
 
     def final_tokens(self, examples_per_epoch):
         """The cosine's half period in tokens: decay_epochs epochs of block_size tokens per example."""

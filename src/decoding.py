@@ -210,7 +210,16 @@ def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_cha
 
 def birthplace_recall(model, documents, pairs, stoi, itos, device, prompt=None):
     """
-    How much of the pairs' birthplaces the model has memorised from the corpus.
+    How much of the pairs' birthplaces the model has memorised from the corpus:
+    (recalled, probed) of recalled_places' answers.
+    """
+    recalled = [r for r in recalled_places(model, documents, pairs, stoi, itos, device, prompt) if r is not None]
+    return sum(recalled), len(recalled)
+
+
+def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):
+    """
+    Which of the pairs' birthplaces the model has memorised from the corpus.
 
     pairs: (question, place) from a "Where was X born?" file. For each person whose
     document (the corpus line that starts with their name) names the place within
@@ -220,26 +229,28 @@ def birthplace_recall(model, documents, pairs, stoi, itos, device, prompt=None):
     (e.g. the name alone in a fixed sentence) to ask where the memorised fact is keyed;
     the people probed are the same, the prompt's characters outside the vocabulary are
     dropped, and a prompt left empty raises ValueError.
-    Returns (recalled, probed): probed counts the people that could be probed.
+    Returns, per pair, True or False, or None where the person could not be probed.
     """
     context = model.get_block_size() - 1
     by_first_word = {}
     for document in documents:
         by_first_word.setdefault(document.split(" ")[0], []).append(document)
-    prompts, places = [], []
+    prompts, places, probed = [], [], []
     for question, place in pairs:
         name = question.removeprefix("Where was ").removesuffix(" born?")
         candidates = by_first_word.get(name.split(" ")[0], [])
         document = next((d for d in candidates if d.startswith(name + ".")), "")
         at = document.find(place)
-        if 0 < at and at + len(place) <= context and all(c in stoi for c in document[: at + len(place)]):
+        can_probe = 0 < at and at + len(place) <= context and all(c in stoi for c in document[: at + len(place)])
+        if can_probe:
             text = document[:at] if prompt is None else known_characters(prompt(name, document[:at]), stoi)[0]
             if not text:
                 raise ValueError(f"the prompt for {name} has no characters of the vocabulary")
             prompts.append(text)
             places.append(place)
+        probed.append(can_probe)
     if not prompts:
-        return 0, 0
-    steps = max(len(place) for place in places)
-    completions = greedy_completions(model, prompts, stoi, itos, device, steps)
-    return sum(c.startswith(place) for c, place in zip(completions, places)), len(prompts)
+        return [None] * len(pairs)
+    completions = greedy_completions(model, prompts, stoi, itos, device, max(len(place) for place in places))
+    recalled = iter(completion.startswith(place) for completion, place in zip(completions, places))
+    return [next(recalled) if can_probe else None for can_probe in probed]

@@ -630,6 +630,7 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     """Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path."""
     with started(cfg) as device:
         setup = build(cfg)
+        freeze(setup.model, cfg.recipe.frozen_parts())
         dataset = load_pairs(setup.corpus, cfg.finetune_corpus_path, "finetuning corpus")
         r = cfg.recipe
         epochs = r.finetune_epochs_from_pretrained if cfg.reading_params_path else r.finetune_epochs_from_scratch
@@ -638,6 +639,18 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
             dataset, cfg.max_epochs or epochs, cfg.batch_size or r.finetune_batch_size, r.finetune_lr, len(setup.corpus)
         )
         train(cfg, setup, stage, device, on_epoch_end)
+
+
+def freeze(model, parts):
+    """
+    Leave the model's parameters in `parts` (config.FREEZABLE names: a parameter belongs to
+    "ln" when a part of its dotted name starts with ln, to the others when one equals it) out
+    of training: they get no gradient, so AdamW neither moves nor decays them.
+    """
+    for name, parameter in model.named_parameters():
+        components = name.split(".")
+        if any(c == part or (part == "ln" and c.startswith("ln")) for part in parts for c in components):
+            parameter.requires_grad_(False)
 
 
 @dataclasses.dataclass

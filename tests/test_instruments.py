@@ -274,3 +274,21 @@ def test_the_instruments_refuse_bad_input_in_one_line(trained, tmp_path, capsys)
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+# ---------------------------------------------------------------------------- lighter finetuning
+
+
+def test_frozen_parts_leave_finetuning_as_they_were_pretrained(trained, tmp_path, capsys):
+    frozen = dataclasses.replace(RECIPE, finetune_frozen="mlp,tok_emb")
+    params = tmp_path / "frozen.params"
+    pipeline.finetune(
+        cfg("finetune", trained, frozen, reading_params_path=str(trained / "pre.params"),
+            writing_params_path=str(params), finetune_corpus_path=str(trained / "birth_places_train.tsv"), max_epochs=2)
+    )  # fmt: skip
+    before, after = torch.load(trained / "pre.params"), torch.load(params)
+    moved = {name for name in before if not torch.equal(before[name], after[name])}
+    assert moved and not any(".mlp." in name or name.startswith("tok_emb") for name in moved)
+    assert any(".attn." in name for name in moved) and any(".ln1." in name for name in moved)
+    with pytest.raises(ValueError, match="finetune_frozen: mpl is not one of"):
+        dataclasses.replace(RECIPE, finetune_frozen="mpl")

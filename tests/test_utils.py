@@ -9,7 +9,7 @@ import torch
 
 import files
 from dataset import CharCorruptionDataset
-from decoding import birthplace_recall
+from decoding import birthplace_recall, recalled_places
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig
 from utils import evaluate_places, sample, score_line, set_seed
@@ -133,6 +133,8 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
     Trainer(model, corpus, None, TrainerConfig(max_epochs=300, batch_size=8, learning_rate=3e-3, device="cpu")).train()
     after = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
     assert before == (0, 6) and after == (6, 6)
+    per_pair = recalled_places(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
+    assert per_pair == [True] * 6 + [None, None]  # Greta's place is not in her document; Hugo has none
     for prompt in (lambda name, before: before, lambda name, _: f"{name}. {name} was born in "):
         assert birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu", prompt) == (6, 6)
     names = [name for name, _ in people]
