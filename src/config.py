@@ -63,9 +63,7 @@ class Recipe:
     shifted_max_shift: int = 13  # up to the name's position in the questions (10), and a little past
     finetune_frozen: str = ""  # parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)
     finetune_lm_weight: float = 0.0  # GPT-1's auxiliary loss: finetuning adds this times the LM loss on the question
-    held_out_fraction: float = (
-        0.0  # pretraining holds out this part of the corpus's documents, its loss logged per epoch
-    )
+    held_out_fraction: float = 0.0  # pretraining holds this part of the documents out, scoring them every epoch
     # departures from the course's optimisation (the defaults reproduce it; docs/optimisation.md)
     decay_groups: str = "course"  # course: decay all but biases and LayerNorm gains; matmul: Linear weights only
     lr_schedule: str = "course"  # course: the cosine rises again after decay_epochs; clamped: it stays at 10%

@@ -188,7 +188,7 @@ def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_cha
     The greedy continuation of `prompt` with, at every character it writes, the k
     likeliest characters and their probabilities: [(char, [(alternative, probability)])],
     the chosen character first among its alternatives. It stops after stop_char, or
-    where the block is full (block_size - 1 characters in all).
+    when the prompt and what it wrote fill the block (block_size characters).
     """
     context = model.get_block_size() - 1
     if not prompt or len(prompt) > context:

@@ -575,13 +575,12 @@ def held_out_split(corpus, fraction, path):
     """
     if len(corpus) < 2:
         raise ConfigError(f"--held_out_fraction needs a corpus of 2 documents or more; {path} has {len(corpus)}")
-    held = min(len(corpus) - 1, max(1, round(fraction * len(corpus))))
+    count = min(len(corpus) - 1, max(1, round(fraction * len(corpus))))
     order = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
-    held_out = set(order[:held])
+    held_out = set(order[:count])
     kept = [document for i, document in enumerate(corpus.data) if i not in held_out]
-    return corpus.with_documents(kept, corpus.max_shift), corpus.with_documents(
-        corpus.data[i] for i in sorted(held_out)
-    )
+    held = [corpus.data[i] for i in sorted(held_out)]
+    return corpus.with_documents(kept, corpus.max_shift), corpus.with_documents(held)
 
 
 class HeldOutLoss:
