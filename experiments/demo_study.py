@@ -14,7 +14,8 @@ settings, once. Everything else is the demo's (run.sh demo), so that a winner ca
 --finetune_recalled finetunes only on the seen people whose birthplace the pretrained model
 completes from their biography. Several --finetune_lm_weight values finetune the one
 pretrained model once each (a row each); the pretrain+finetune answers' details go to
-DIR/finetune*.params.details (experiments/confidence.py --summarise reads them).
+DIR/finetune*.params.details (experiments/confidence.py --summarise reads them). The row
+also says how many the pretrained model answers before any finetuning (pretrained_only).
 """
 
 import argparse
@@ -94,10 +95,12 @@ def study(args):
         recalled_seen = [pair for pair, r in zip(seen, known[len(scored) :]) if r]
         finetuned_on = pairs_file(out / "seen_recalled.tsv", recalled_seen)
 
-    def answered(params, cfg_recipe, **finetuning):
+    def answered(params, cfg_recipe=recipe, finetune=True, **finetuning):
+        """The scored people answered by params, after finetuning them there first (finetune=True)."""
         run = dict(common, recipe=cfg_recipe)
-        pipeline.finetune(RunConfig("finetune", writing_params_path=params, finetune_corpus_path=finetuned_on,
-                                    **finetuning, **run))  # fmt: skip
+        if finetune:
+            pipeline.finetune(RunConfig("finetune", writing_params_path=params, finetune_corpus_path=finetuned_on,
+                                        **finetuning, **run))  # fmt: skip
         evaluation = pipeline.evaluate(
             RunConfig(
                 "evaluate",
@@ -111,7 +114,8 @@ def study(args):
         return evaluation.correct
 
     frequent = most_frequent_place(seen_path)
-    scratch = answered(str(out / "scratch.params"), recipe) if args.scratch else None
+    scratch = answered(str(out / "scratch.params")) if args.scratch else None
+    before_finetuning = answered(pretrained, finetune=False)  # mixed pairs can teach the questions already
     for weight in args.finetune_lm_weight:
         suffix = f"_lm{weight:g}" if len(args.finetune_lm_weight) > 1 else ""
         with_weight = dataclasses.replace(recipe, finetune_lm_weight=weight)
@@ -131,6 +135,7 @@ def study(args):
             world=args.world,
             scored=len(scored),
             recalled=f"{recalled}/{probed}",
+            pretrained_only=before_finetuning,
             pretrain_finetune=with_pretraining,
             finetune_only=scratch,
             most_frequent=sum(place == frequent for _, place in scored),
