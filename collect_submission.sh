@@ -31,7 +31,7 @@ esac
 # The course's modules and what they import; the research scripts and the demo world stay out.
 COURSE_SOURCES=(src/run.py src/dataset.py src/model.py src/models.py src/attention.py src/trainer.py src/utils.py
                 src/london_baseline.py src/arguments.py src/pipeline.py src/config.py src/checkpoint.py
-                src/batching.py src/decoding.py src/distributed.py src/files.py)
+                src/batching.py src/decoding.py src/distributed.py src/files.py src/perplexity.py)
 files=("${COURSE_SOURCES[@]}" "${files[@]}")
 
 missing=()
