@@ -15,11 +15,17 @@ most confident part of the questions: how accurate is that part?), and the AUROC
 chance that a right answer is more confident than a wrong one (0.5: no separation).
 --plot draws accuracy against coverage and a reliability diagram (needs matplotlib).
 --summarise DETAILS reads an existing details file instead of answering.
+
+--pretrained_params P asks where the right answers come from: which of the questions'
+birthplaces the pretrained model P completes from the person's biography (decoding.
+recalled_places), and the accuracy and median confidence of the answers for the people it
+recalls, for those it does not, and for those it cannot be asked about.
 """
 
 import argparse
 import json
 import math
+import statistics
 import sys
 
 import src_path  # noqa: F401
@@ -28,6 +34,8 @@ import src_path  # noqa: F401
 import pipeline
 from arguments import exit_status
 from config import RunConfig
+from dataset import question_place_pairs
+from decoding import recalled_places
 from files import atomic_write
 from model import VARIANTS
 from utils import score_line
@@ -111,6 +119,26 @@ def summary_lines(rows):
     return lines
 
 
+def recall_lines(cfg, questions_path, answers, pretrained_params):
+    """
+    The printed comparison of the answers (decoding.Answer, in the file's order) for the
+    people whose birthplace the pretrained params recall from their biography and the others.
+    """
+    pairs = [(q, p) for _, q, p in pipeline.read_pairs(questions_path, "questions", question_place_pairs)]
+    setup = pipeline.build(RunConfig("evaluate", cfg.variant, cfg.pretrain_corpus_path,
+                                     reading_params_path=pretrained_params, device=cfg.device))  # fmt: skip
+    corpus, device = setup.corpus, pipeline.start_device(cfg)
+    known = recalled_places(setup.model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device)
+    lines = ["the pretrained model, continuing the biography | people | right | median log-probability"]
+    for label, value in (("recalls the birthplace", True), ("does not", False), ("cannot be asked", None)):
+        chosen = [(answer, place) for answer, (_, place), k in zip(answers, pairs, known) if k is value]
+        if chosen:
+            right = sum(answer.text == place for answer, place in chosen)
+            median = statistics.median(answer.logprob for answer, _ in chosen)
+            lines.append(f"{label} | {len(chosen)} | {right} ({right / len(chosen):.1%}) | {median:.2f}")
+    return lines
+
+
 def plot(rows, path, title=""):
     """Accuracy against coverage, and the reliability diagram, side by side in a PNG."""
     import matplotlib
@@ -153,6 +181,7 @@ def main(argv=None):
     )
     parser.add_argument("--summarise", metavar="DETAILS", help="summarise this details file instead of answering")
     parser.add_argument("--plot", metavar="PNG", help="also draw accuracy-coverage and reliability")
+    parser.add_argument("--pretrained_params", help="also compare the answers for the people these params recall")
     parser.add_argument("--title", default="", help="the picture's title")
     parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     args = parser.parse_args(argv)
@@ -160,6 +189,8 @@ def main(argv=None):
     if not args.summarise and not all(getattr(args, name) for name in answering):
         parser.error("give VARIANT PRETRAIN_CORPUS_PATH --reading_params_path --eval_corpus_path --details_path, "
                      "or --summarise DETAILS")  # fmt: skip
+    if args.summarise and args.pretrained_params:
+        parser.error("--pretrained_params compares fresh answers: leave --summarise out")
 
     def run():
         if args.summarise:
@@ -188,6 +219,8 @@ def main(argv=None):
         if not rows:
             raise pipeline.ConfigError("no scored answers to summarise")
         print("\n".join(summary_lines(rows)))
+        if args.pretrained_params and not args.summarise:
+            print("\n".join(recall_lines(cfg, args.eval_corpus_path, result.answers, args.pretrained_params)))
         if args.plot:
             try:
                 plot(rows, args.plot, args.title)

@@ -131,6 +131,14 @@ def test_confidence_py_writes_details_and_prints_the_summary(trained, tmp_path, 
     assert len(details.read_text(encoding="utf-8").splitlines()) == 30
     assert confidence.main(["--summarise", str(details)]) == 0
     assert capsys.readouterr().out == out.split("\n", 1)[1]
+    pretrained = ["--pretrained_params", str(trained / "pre.params")]
+    assert confidence.main(["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "ft.params"),
+                            "--eval_corpus_path", str(trained / "birth_dev.tsv"), "--details_path", str(details),
+                            "--device", "cpu", *pretrained]) == 0  # fmt: skip
+    table = capsys.readouterr().out.split("the pretrained model, continuing the biography")[1].splitlines()[1:]
+    assert table and sum(int(line.split(" | ")[1]) for line in table) == 30  # every dev person in one row
+    right = sum(int(line.split(" | ")[2].split()[0]) for line in table)
+    assert f", {right} right" in out
 
 
 # ---------------------------------------------------------------------------- the next characters
