@@ -14,7 +14,6 @@ what a pretrained-only model has stored before any finetuning. The prompt's char
 outside the vocabulary are dropped (and said).
 """
 
-import argparse
 import sys
 
 import src_path  # noqa: F401
@@ -22,10 +21,9 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import exit_status
-from config import RunConfig
 from dataset import MASK_CHAR
 from decoding import next_character_choices
-from model import VARIANTS
+from reading import params_parser, reading_config
 
 
 def choice_lines(prompt, choices):
@@ -38,26 +36,16 @@ def choice_lines(prompt, choices):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("variant", choices=VARIANTS)
-    parser.add_argument("pretrain_corpus_path", help="the pretraining corpus (the vocabulary)")
-    parser.add_argument("--reading_params_path", required=True, help="the params to read (pretrained or finetuned)")
+    parser = params_parser(__doc__, "the params to read (pretrained or finetuned)")
     text = parser.add_mutually_exclusive_group(required=True)
     text.add_argument("--question", help="a question, asked as finetuning asks it (the mask appended)")
     text.add_argument("--prompt", help="any text to continue")
     parser.add_argument("--top_k", type=int, default=5, help="alternatives shown per character (default 5)")
     parser.add_argument("--steps", type=int, default=32, help="characters to write at most (default 32)")
-    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     args = parser.parse_args(argv)
     if args.top_k < 1 or args.steps < 1:
         parser.error("--top_k and --steps must be positive")
-    cfg = RunConfig(
-        "evaluate",
-        args.variant,
-        args.pretrain_corpus_path,
-        reading_params_path=args.reading_params_path,
-        device=args.device,
-    )
+    cfg = reading_config(args)
 
     def run():
         setup = pipeline.build(cfg)

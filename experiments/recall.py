@@ -13,7 +13,6 @@ finetuning questions have it (docs/cpu-recipe.md: "where the facts are keyed"); 
 texts of one's own.
 """
 
-import argparse
 import dataclasses
 import sys
 
@@ -22,11 +21,10 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import exit_status
-from config import RunConfig
 from dataset import question_place_pairs
 from decoding import birthplace_recall
 from distributed import pick_device
-from model import VARIANTS
+from reading import params_parser, reading_config
 
 POSITIONS = [" ", " " * 10, "Where was "]
 
@@ -51,23 +49,12 @@ def recall(cfg, pairs, prefix=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("variant", choices=VARIANTS)
-    parser.add_argument("pretrain_corpus_path")
-    parser.add_argument("--reading_params_path", required=True, help="the pretrained params to probe")
+    parser = params_parser(__doc__, "the pretrained params to probe")
     parser.add_argument("--eval_corpus_path", required=True, help="held-out question<TAB>place pairs")
     parser.add_argument("--positions", action="store_true", help="also probe with the biography moved (see above)")
     parser.add_argument("--prefix", action="append", default=[], help="also probe after this text (repeatable)")
-    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     args = parser.parse_args(argv)
-    cfg = RunConfig(
-        "evaluate",
-        args.variant,
-        args.pretrain_corpus_path,
-        reading_params_path=args.reading_params_path,
-        eval_corpus_path=args.eval_corpus_path,
-        device=args.device,
-    )
+    cfg = reading_config(args, eval_corpus_path=args.eval_corpus_path)
 
     def run():
         pairs = held_out_pairs(args.eval_corpus_path)

@@ -12,7 +12,6 @@ part of wiki.txt out of pretraining and watch its loss every epoch, pretraining 
 recipe field held_out_fraction (run.py pretrain ... --held_out_fraction 0.05).
 """
 
-import argparse
 import sys
 
 import src_path  # noqa: F401
@@ -20,10 +19,9 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import exit_status
-from config import RunConfig
 from dataset import corpus_lines
-from model import VARIANTS
 from perplexity import bits_per_character, corruption_loss
+from reading import params_parser, reading_config
 
 
 def text_loss(cfg, text_path, seed=0):
@@ -40,21 +38,11 @@ def text_loss(cfg, text_path, seed=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("variant", choices=VARIANTS)
-    parser.add_argument("pretrain_corpus_path", help="the pretraining corpus (the vocabulary)")
-    parser.add_argument("--reading_params_path", required=True)
+    parser = params_parser(__doc__, "the params to score")
     parser.add_argument("--text_path", required=True, help="the text to score, a document per line")
     parser.add_argument("--seed", type=int, default=0, help="seed of the span corruptions (default 0)")
-    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     args = parser.parse_args(argv)
-    cfg = RunConfig(
-        "evaluate",
-        args.variant,
-        args.pretrain_corpus_path,
-        reading_params_path=args.reading_params_path,
-        device=args.device,
-    )
+    cfg = reading_config(args)
 
     def run():
         nats, targets, documents = text_loss(cfg, args.text_path, args.seed)
