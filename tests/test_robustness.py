@@ -279,6 +279,7 @@ def test_training_outlives_its_tensorboard_folder(tiny_world, tmp_path, caplog):
 
     def remove_the_log(end):
         if end.epoch == 1:
+            end.writer.writer.flush()  # the writer's thread has nothing left to write while the folder goes
             shutil.rmtree(end.writer.log_dir)
             removed.append(end.writer.log_dir)
 
