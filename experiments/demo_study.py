@@ -1,16 +1,18 @@
 """
 One configuration of the demo-world study (docs/demo.md): a generated world, pretraining
 (optionally mixed with the question pairs of the people finetuning will see), finetuning,
-and the three figures the demo prints, as one JSON line.
+and the figures the demo prints, as one JSON line.
 
     python experiments/demo_study.py --seed 0 --split tune [--variant rope] [--epochs 150] [--mix_copies K]
-        [--max_shift 13] [--finetune_lr 1e-3] [--finetune_epochs 10] [--finetune_frozen mlp]
-        [--finetune_recalled] [--finetune_lm_weight 0 0.5 ...] [--world "--n_train 80 ..."] --out DIR
+        [--n_layer 4] [--n_head 4] [--n_embd 128] [--decay_epochs 200] [--max_shift 13] [--finetune_lr 1e-4]
+        [--finetune_epochs 10] [--finetune_frozen mlp] [--finetune_recalled] [--finetune_lm_weight 0 0.5 ...]
+        [--scratch] [--world "--n_train 100 ..."] --out DIR
 
 --split tune holds the last fifth of the world's training people out (their questions
 never seen, scored after finetuning on the rest): the split to choose settings on.
 --split dev finetunes on every training person and scores the dev people: for the chosen
-settings, once. Everything else is the demo's (run.sh demo), so that a winner can become it.
+settings, once. The defaults are the demo's (run.sh demo; the world is world.DEMO_WORLD),
+so that a winner can become it.
 --finetune_recalled finetunes only on the seen people whose birthplace the pretrained model
 completes from their biography. Several --finetune_lm_weight values finetune the one
 pretrained model once each (a row each); the pretrain+finetune answers' details go to
@@ -38,7 +40,7 @@ from decoding import recalled_places
 from london_baseline import most_frequent_place
 from model import VARIANTS
 
-DEMO_WORLD = "--n_train 80 --n_dev 20 --n_test 10 --n_places 30 --bios_per_person 3 --shuffle_sentences --full_names"
+SCRATCH_LR = 1e-3  # the demo's finetuning without pretraining (75 epochs, as the handout's)
 
 
 def world_options(text):
@@ -65,11 +67,12 @@ def study(args):
     try:
         recipe = dataclasses.replace(
             HANDOUT,
-            n_layer=2,
-            n_head=4,
-            n_embd=128,
+            n_layer=args.n_layer,
+            n_head=args.n_head,
+            n_embd=args.n_embd,
             dropout=0.0,
             pretrain_epochs=args.epochs,
+            decay_epochs=args.decay_epochs,
             pretrain_batch_size=32,
             pretrain_lr=3e-3,
             finetune_batch_size=32,
@@ -114,7 +117,10 @@ def study(args):
         return evaluation.correct
 
     frequent = most_frequent_place(seen_path)
-    scratch = answered(str(out / "scratch.params")) if args.scratch else None
+    scratch = None
+    if args.scratch:
+        scratch_recipe = dataclasses.replace(recipe, finetune_lr=SCRATCH_LR)
+        scratch = answered(str(out / "scratch.params"), scratch_recipe)
     before_finetuning = answered(pretrained, finetune=False)  # mixed pairs can teach the questions already
     for weight in args.finetune_lm_weight:
         suffix = f"_lm{weight:g}" if len(args.finetune_lm_weight) > 1 else ""
@@ -125,6 +131,10 @@ def study(args):
             split=args.split,
             variant=args.variant,
             epochs=args.epochs,
+            decay_epochs=recipe.decay_epochs,
+            n_layer=args.n_layer,
+            n_head=args.n_head,
+            n_embd=args.n_embd,
             mix_copies=args.mix_copies,
             max_shift=args.max_shift,
             finetune_lr=args.finetune_lr,
@@ -148,17 +158,26 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0, help="seeds the world and the training")
     parser.add_argument("--split", choices=["tune", "dev"], required=True)
-    parser.add_argument("--variant", choices=VARIANTS, default="vanilla")
+    parser.add_argument("--variant", choices=VARIANTS, default="rope")
     parser.add_argument("--epochs", type=int, default=150, help="pretraining epochs (default 150)")
+    parser.add_argument(
+        "--decay_epochs",
+        type=int,
+        default=HANDOUT.decay_epochs,
+        help=f"the learning rate's cosine half period in epochs (default {HANDOUT.decay_epochs}, the handout's)",
+    )
+    parser.add_argument("--n_layer", type=int, default=4, help="model depth (default 4)")
+    parser.add_argument("--n_head", type=int, default=4, help="attention heads (default 4)")
+    parser.add_argument("--n_embd", type=int, default=128, help="model width (default 128)")
     parser.add_argument(
         "--mix_copies",
         type=int,
-        default=0,
+        default=1,
         metavar="K",
-        help="mix K copies of the seen people's questions into every pretraining epoch (default 0: none)",
+        help="mix K copies of the seen people's questions into every pretraining epoch (default 1; 0: none)",
     )
     parser.add_argument("--max_shift", type=int, default=0, help="pretraining examples shifted by 0..N pads")
-    parser.add_argument("--finetune_lr", type=float, default=1e-3)
+    parser.add_argument("--finetune_lr", type=float, default=1e-4)
     parser.add_argument("--finetune_epochs", type=int, default=10)
     parser.add_argument("--finetune_frozen", default="", help="parts finetuning leaves frozen (a recipe field)")
     parser.add_argument(
@@ -168,7 +187,7 @@ def main(argv=None):
         "--finetune_lm_weight", type=float, nargs="+", default=[0.0], help="GPT-1's auxiliary loss weight(s)"
     )
     parser.add_argument("--scratch", action="store_true", help="also finetune without pretraining")
-    parser.add_argument("--world", default=DEMO_WORLD, help="world.py's flags (default: the demo's)")
+    parser.add_argument("--world", default=world.DEMO_WORLD, help="world.py's flags (default: the demo's)")
     parser.add_argument("--out", required=True, help="folder for the world, params and predictions")
     args = parser.parse_args(argv)
     return exit_status("demo_study.py", lambda: study(args))
