@@ -66,7 +66,7 @@ demo() {
     --outputs_path "$dir/before_finetuning.dev.predictions")
   step "finetuning the pretrained model" run_echoed "$PY" src/run.py finetune rope "$w/wiki.txt" \
     --reading_params_path "$dir/pretrain.params" --writing_params_path "$dir/finetune.params" \
-    --finetune_corpus_path "$w/birth_places_train.tsv" --max_epochs 10 --batch_size 32 --finetune_lr 1e-4 --dropout 0 \
+    --finetune_corpus_path "$w/birth_places_train.tsv" --max_epochs 10 --batch_size 32 --finetune_lr 3e-5 --dropout 0 \
     --seed "$DEMO_SEED"
   pretrained=$(step "pretrain+finetune: dev" run_echoed "$PY" src/run.py evaluate rope "$w/wiki.txt" \
     --reading_params_path "$dir/finetune.params" --eval_corpus_path "$w/birth_dev.tsv" \

@@ -4,7 +4,7 @@ One configuration of the demo-world study (docs/demo.md): a generated world, pre
 and the figures the demo prints, as one JSON line.
 
     python experiments/demo_study.py --seed 0 --split tune [--variant rope] [--epochs 150] [--mix_copies K]
-        [--n_layer 4] [--n_head 4] [--n_embd 128] [--decay_epochs 200] [--max_shift 13] [--finetune_lr 1e-4]
+        [--n_layer 4] [--n_head 4] [--n_embd 128] [--decay_epochs 200] [--max_shift 13] [--finetune_lr 3e-5]
         [--finetune_epochs 10] [--finetune_frozen mlp] [--finetune_recalled] [--finetune_lm_weight 0 0.5 ...]
         [--scratch] [--world "--n_train 100 ..."] --out DIR
 
@@ -177,7 +177,7 @@ def main(argv=None):
         help="mix K copies of the seen people's questions into every pretraining epoch (default 1; 0: none)",
     )
     parser.add_argument("--max_shift", type=int, default=0, help="pretraining examples shifted by 0..N pads")
-    parser.add_argument("--finetune_lr", type=float, default=1e-4)
+    parser.add_argument("--finetune_lr", type=float, default=3e-5)
     parser.add_argument("--finetune_epochs", type=int, default=10)
     parser.add_argument("--finetune_frozen", default="", help="parts finetuning leaves frozen (a recipe field)")
     parser.add_argument(

@@ -71,7 +71,7 @@ PLACE_CAPACITY = len(STEMS) * len(PLACE_SUFFIXES)
 MIDDLE_NAME_RATE = 0.2
 # run.sh demo's world (docs/demo.md): 50 dev people, so that its accuracies move in steps of 2%;
 # 60 places, so that the most frequent one is a weak baseline
-DEMO_WORLD = "--n_train 100 --n_dev 50 --n_test 5 --n_places 60 --bios_per_person 3 --shuffle_sentences --full_names"
+DEMO_WORLD = "--n_train 100 --n_dev 50 --n_test 5 --n_places 60 --bios_per_person 4 --shuffle_sentences --full_names"
 
 ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s: 4.4% for the top one of 300
 

@@ -556,7 +556,7 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     broken pipeline cannot reach: the pretrained model recalls most held-out birthplaces from
     their biographies; after the gentle finetuning from it, nearly every dev answer is a place of
     the world (a finetune that ignores the pretrained weights, params that fail to load or a
-    vocabulary that disagrees writes fragments after 10 epochs at 1e-4); the printed accuracies,
+    vocabulary that disagrees writes fragments after 10 epochs at 3e-5); the printed accuracies,
     before finetuning too, are those of the predictions files and stay below 100% (an
     evaluation that read the answers would not).
     """
