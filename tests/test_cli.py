@@ -581,7 +581,7 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     )
     assert result, done.stdout
     recalled, probed = map(int, re.search(r"biographies: (\d+) of (\d+) birthplaces recalled", done.stdout).groups())
-    assert recalled >= 0.4 * probed and probed >= 15  # 12 of 19 when measured
+    assert recalled >= 0.4 * probed and probed >= 15  # 12 of 19 when measured (one thread)
 
     demo = tmp_path / "demo"
     world = demo / "world"
@@ -595,7 +595,8 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
         assert len(answers) == len(dev) == 20
         assert float(printed) == pytest.approx(100 * sum(a == p for a, (_, p) in zip(answers, dev)) / len(dev))
     pretrained_answers = (demo / "pretrained.dev.predictions").read_text(encoding="utf-8").splitlines()
-    assert sum(answer in places for answer in pretrained_answers) >= 18, pretrained_answers  # 20 when measured
+    # 19 when measured (one thread and two); 0 for the same finetuning from scratch
+    assert sum(answer in places for answer in pretrained_answers) >= 12, pretrained_answers
     assert float(result[1]) < 100
 
 
