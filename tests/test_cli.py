@@ -552,7 +552,7 @@ REDUCED_DEMO = "--n_train 30 --n_dev 20 --n_test 1 --n_places 10 --bios_per_pers
 @pytest.mark.slow
 def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tmp_path):
     """
-    ./run.sh demo at a reduced size (about four minutes on two cores). Its margins are what a
+    ./run.sh demo at a reduced size (about two and a half minutes on two cores). Its margins are what a
     broken pipeline cannot reach: the pretrained model recalls most held-out birthplaces from
     their biographies; after the gentle finetuning from it, nearly every dev answer is a place of
     the world (a finetune that ignores the pretrained weights, params that fail to load or a
@@ -595,7 +595,7 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
         assert len(answers) == len(dev) == 20
         assert float(printed) == pytest.approx(100 * sum(a == p for a, (_, p) in zip(answers, dev)) / len(dev))
     pretrained_answers = (demo / "pretrained.dev.predictions").read_text(encoding="utf-8").splitlines()
-    # 19 when measured (one thread and two); 0 for the same finetuning from scratch
+    # 19 when measured (one thread); 0 for the same finetuning from scratch
     assert sum(answer in places for answer in pretrained_answers) >= 12, pretrained_answers
     assert float(result[1]) < 100
 
