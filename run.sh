@@ -33,54 +33,54 @@ percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
 }
 
 # The demo: src/world.py writes the assignment's four files for generated people into
-# DEMO_DIR/world. A rope model is pretrained on their biographies with the training people's
-# questions mixed in (never the dev people's), then finetuned gently on those questions;
-# the dev people's questions are asked before finetuning, after it, and of the same
-# finetuning without pretraining, against the most frequent training birthplace
-# (docs/demo.md). DEMO_SEED seeds the world and the training; DEMO_WORLD (world.py's flags)
-# and DEMO_EPOCHS (pretraining epochs) shrink it (the tests run a small one).
+# DEMO_DIR/world. A model is pretrained on their biographies with the training people's
+# questions mixed in (never the dev people's), then finetuned gently on those questions,
+# all with the demo recipe (src/config.py: RECIPES["demo"], DEMO_VARIANT); the dev people's
+# questions are asked before finetuning, after it, and of the same finetuning without
+# pretraining, against the most frequent training birthplace (docs/demo.md). DEMO_SEED
+# seeds the world and the training; DEMO_WORLD (world.py's flags) and DEMO_EPOCHS
+# (pretraining epochs) shrink it (the tests run a small one).
 DEMO_DIR=${DEMO_DIR:-demo}
 DEMO_SEED=${DEMO_SEED:-0}
-DEMO_WORLD=${DEMO_WORLD:-$("$PY" -c 'import sys; sys.path.insert(0, "src"); from world import DEMO_WORLD; print(DEMO_WORLD)')}
-DEMO_EPOCHS=${DEMO_EPOCHS:-150}
-DEMO_MODEL=(--n_layer 4 --n_head 4 --n_embd 128 --dropout 0)
 
 demo() {
   local dir=$DEMO_DIR w=$DEMO_DIR/world
-  local world
-  read -r -a world <<< "$DEMO_WORLD"
+  local world variant
+  world=${DEMO_WORLD:-$("$PY" -c 'import sys; sys.path.insert(0, "src"); from world import DEMO_WORLD; print(DEMO_WORLD)')}
+  variant=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import DEMO_VARIANT; print(DEMO_VARIANT)')
+  read -r -a world <<< "$world"
+  local demo=(--recipe demo --seed "$DEMO_SEED")
+  local epochs=()
+  [[ -n ${DEMO_EPOCHS:-} ]] && epochs=(--pretrain_epochs "$DEMO_EPOCHS")
   mkdir -p "$dir"
   step "demo world" run_echoed "$PY" src/world.py "$w" "${world[@]}" --seed "$DEMO_SEED" >&2
-  step "pretraining on the biographies, the training people's questions mixed in" run_echoed "$PY" \
-    experiments/probed_pretraining.py pretrain rope "$w/wiki.txt" "${DEMO_MODEL[@]}" --seed "$DEMO_SEED" \
-    --max_epochs "$DEMO_EPOCHS" --batch_size 32 --pretrain_lr 3e-3 --mix_corpus_path "$w/birth_places_train.tsv" \
-    --writing_params_path "$dir/pretrain.params"
-  local recall
-  recall=$(step "pretrained model: dev birthplaces recalled from the biographies" run_echoed "$PY" \
-    experiments/recall.py rope "$w/wiki.txt" --reading_params_path "$dir/pretrain.params" \
-    --eval_corpus_path "$w/birth_dev.tsv")
-  recall=$(grep -ao 'recalls [0-9]* of [0-9]* birthplaces' <<< "$recall")
-  local before pretrained scratch baseline
-  before=$(step "pretrained model, before finetuning: dev" run_echoed "$PY" src/run.py evaluate rope "$w/wiki.txt" \
-    --reading_params_path "$dir/pretrain.params" --eval_corpus_path "$w/birth_dev.tsv" \
+  step "pretraining on the biographies, the training people's questions mixed in" run_echoed "$PY" src/run.py \
+    pretrain "$variant" "$w/wiki.txt" "${demo[@]}" ${epochs[@]+"${epochs[@]}"} \
+    --mix_corpus_path "$w/birth_places_train.tsv" --writing_params_path "$dir/pretrain.params"
+  local recall before pretrained scratch baseline
+  recall=$(step "pretrained model: dev birthplaces recalled from the biographies" run_echoed "$PY" src/recall.py \
+    "$variant" "$w/wiki.txt" --reading_params_path "$dir/pretrain.params" --eval_corpus_path "$w/birth_dev.tsv")
+  before=$(step "pretrained model, before finetuning: dev" run_echoed "$PY" src/run.py evaluate "$variant" \
+    "$w/wiki.txt" --reading_params_path "$dir/pretrain.params" --eval_corpus_path "$w/birth_dev.tsv" \
     --outputs_path "$dir/before_finetuning.dev.predictions")
-  step "finetuning the pretrained model" run_echoed "$PY" src/run.py finetune rope "$w/wiki.txt" \
+  step "finetuning the pretrained model" run_echoed "$PY" src/run.py finetune "$variant" "$w/wiki.txt" "${demo[@]}" \
     --reading_params_path "$dir/pretrain.params" --writing_params_path "$dir/finetune.params" \
-    --finetune_corpus_path "$w/birth_places_train.tsv" --max_epochs 10 --batch_size 32 --finetune_lr 3e-5 --dropout 0 \
-    --seed "$DEMO_SEED"
-  pretrained=$(step "pretrain+finetune: dev" run_echoed "$PY" src/run.py evaluate rope "$w/wiki.txt" \
+    --finetune_corpus_path "$w/birth_places_train.tsv"
+  pretrained=$(step "pretrain+finetune: dev" run_echoed "$PY" src/run.py evaluate "$variant" "$w/wiki.txt" \
     --reading_params_path "$dir/finetune.params" --eval_corpus_path "$w/birth_dev.tsv" \
     --outputs_path "$dir/pretrained.dev.predictions")
-  step "finetuning without pretraining" run_echoed "$PY" src/run.py finetune rope "$w/wiki.txt" "${DEMO_MODEL[@]}" \
-    --writing_params_path "$dir/scratch.params" --finetune_corpus_path "$w/birth_places_train.tsv" \
-    --max_epochs 75 --batch_size 32 --finetune_lr 1e-3 --seed "$DEMO_SEED"
-  scratch=$(step "finetune only: dev" run_echoed "$PY" src/run.py evaluate rope "$w/wiki.txt" \
+  step "finetuning without pretraining" run_echoed "$PY" src/run.py finetune "$variant" "$w/wiki.txt" "${demo[@]}" \
+    --writing_params_path "$dir/scratch.params" --finetune_corpus_path "$w/birth_places_train.tsv"
+  scratch=$(step "finetune only: dev" run_echoed "$PY" src/run.py evaluate "$variant" "$w/wiki.txt" \
     --reading_params_path "$dir/scratch.params" --eval_corpus_path "$w/birth_dev.tsv" \
     --outputs_path "$dir/scratch.dev.predictions")
   baseline=$(step "most frequent training birthplace: dev" run_echoed "$PY" src/london_baseline.py "$w/birth_dev.tsv" \
     --most_frequent_in "$w/birth_places_train.tsv")
+  recall=${recall#Recalled: }  # "43 out of 45: 95.56%" -> "43 of 45"
+  recall=${recall%%:*}
+  recall=${recall/ out of / of }
   echo
-  echo "pretrained model, continuing the dev people's biographies: ${recall#recalls } recalled"
+  echo "pretrained model, continuing the dev people's biographies: $recall birthplaces recalled"
   echo "pretrained model, asked the dev questions before finetuning: ${before#Correct: }"
   echo
   echo "| run | dev: correct out of total: accuracy |"

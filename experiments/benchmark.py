@@ -59,7 +59,7 @@ from decoding import predict_places
 from distributed import pick_device
 from files import DATA_DIR
 from model import GPT, VARIANTS, variant_config
-from pipeline import Stage, trainer_config
+from pipeline import trainer_config
 from trainer import Trainer
 from utils import set_seed
 from world import FILES, write_world
@@ -115,12 +115,12 @@ def compare_processes(variant, args):
     for fast in (False, True):
         ways = [] if fast else ["--full_padding", "--sequential_decoding"]
         pretrained, finetuned = str(work / f"pre{fast}.params"), str(work / f"fine{fast}.params")
-        pretrain = ["pretrain", *corpus, "--writing_params_path", pretrained, "--max_epochs", "1"]
+        pretrain = ["pretrain", *corpus, "--writing_params_path", pretrained, "--pretrain_epochs", "1"]
         seconds[fast, "pretrain"] = timed_process([*pretrain, *ways])
         finetune = ["finetune", *corpus, "--reading_params_path", pretrained, "--writing_params_path", finetuned]
         questions = str(folder / "birth_places_train.tsv")
         seconds[fast, "finetune"] = timed_process(
-            [*finetune, "--finetune_corpus_path", questions, "--max_epochs", "1", *ways]
+            [*finetune, "--finetune_corpus_path", questions, "--finetune_epochs_from_pretrained", "1", *ways]
         )
     for fast in (False, True):  # both decoders answer with the same params
         ways = [] if fast else ["--sequential_decoding"]
@@ -148,9 +148,10 @@ def compare_processes(variant, args):
     ]
 
 
-def timed_training(function, variant, model, stage, fast, group_by_length, device, epochs=1):
+def timed_training(function, variant, model, dataset, schedule_examples, fast, group_by_length, device, epochs=1):
     """
-    `epochs` epochs of the stage with pipeline's trainer settings for the handout's recipe,
+    `epochs` epochs of the dataset with pipeline's trainer settings for the handout's recipe
+    (its cosine over decay_epochs epochs of schedule_examples examples),
     the fast way or the straightforward one: (seconds of the fastest epoch, steps per epoch, trainer).
     """
     ends = []
@@ -161,8 +162,16 @@ def timed_training(function, variant, model, stage, fast, group_by_length, devic
 
     recipe = dataclasses.replace(HANDOUT, full_padding=not fast, group_by_length=fast and group_by_length)
     cfg = RunConfig(function, variant, "", recipe=recipe, num_workers=0)
-    config = trainer_config(cfg, dataclasses.replace(stage, epochs=epochs), torch.device(device), epoch_end=epoch_end)
-    trainer = Trainer(model, stage.dataset, None, config)
+    pretraining = function == "pretrain"
+    training = dict(
+        epochs=epochs,
+        batch_size=recipe.pretrain_batch_size if pretraining else recipe.finetune_batch_size,
+        learning_rate=recipe.pretrain_lr if pretraining else recipe.finetune_lr,
+        final_tokens=recipe.decay_epochs * schedule_examples * BLOCK_SIZE,
+        pretraining=pretraining,
+    )
+    config = trainer_config(cfg, torch.device(device), **training, epoch_end=epoch_end)
+    trainer = Trainer(model, dataset, None, config)
     sync(trainer.device)
     ends.append(time.perf_counter())
     trainer.train()
@@ -206,17 +215,15 @@ def compare_variant(variant, files, args):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
         row_flops = training_flops_per_row(model)
-        stage = Stage(pretrain, 1, HANDOUT.pretrain_batch_size, HANDOUT.pretrain_lr, len(pretrain))
         seconds, steps, trainer = timed_training(
-            "pretrain", variant, model, stage, fast, args.group_by_length, args.device, args.epochs
+            "pretrain", variant, model, pretrain, len(pretrain), fast, args.group_by_length, args.device, args.epochs
         )
         results[fast, "steps"] = steps / seconds
         results[fast, "tokens"] = len(pretrain) * (BLOCK_SIZE - 1) / seconds  # every row at its full length
         results[fast, "flops"] = len(pretrain) * row_flops / seconds
         results[fast, "handout"] = seconds * HANDOUT.pretrain_epochs
-        stage = Stage(names, 1, HANDOUT.finetune_batch_size, HANDOUT.finetune_lr, len(pretrain))
         results[fast, "finetune"], _, trainer = timed_training(
-            "finetune", variant, model, stage, fast, False, args.device
+            "finetune", variant, model, names, len(pretrain), fast, False, args.device
         )
     answers = {}
     for fast in (False, True):

@@ -36,7 +36,9 @@ from arguments import exit_status
 from config import RunConfig
 from dataset import question_place_pairs
 from decoding import recalled_places
+from errors import RunError
 from files import atomic_write
+from inputs import read_pairs
 from model import VARIANTS
 from utils import score_line
 
@@ -124,7 +126,7 @@ def recall_lines(cfg, questions_path, answers, pretrained_params):
     The printed comparison of the answers (decoding.Answer, in the file's order) for the
     people whose birthplace the pretrained params recall from their biography and the others.
     """
-    pairs = [(q, p) for _, q, p in pipeline.read_pairs(questions_path, "questions", question_place_pairs)]
+    pairs = [(q, p) for _, q, p in read_pairs(questions_path, "questions", question_place_pairs)]
     setup = pipeline.build(RunConfig("evaluate", cfg.variant, cfg.pretrain_corpus_path,
                                      reading_params_path=pretrained_params, device=cfg.device))  # fmt: skip
     corpus, device = setup.corpus, pipeline.start_device(cfg)
@@ -197,7 +199,7 @@ def main(argv=None):
             try:
                 rows = read_details(args.summarise)
             except (OSError, ValueError, KeyError) as e:
-                raise pipeline.ConfigError(f"cannot read the details file {args.summarise}: {e}") from None
+                raise RunError(f"cannot read the details file {args.summarise}: {e}") from None
         else:
             cfg = RunConfig(
                 "evaluate",
@@ -217,7 +219,7 @@ def main(argv=None):
             rows = [(a.logprob, a.text == place) for a, place in zip(result.answers, result.places)]
             rows = [(logprob, right) for logprob, right in rows if not math.isnan(logprob)]
         if not rows:
-            raise pipeline.ConfigError("no scored answers to summarise")
+            raise RunError("no scored answers to summarise")
         print("\n".join(summary_lines(rows)))
         if args.pretrained_params and not args.summarise:
             print("\n".join(recall_lines(cfg, args.eval_corpus_path, result.answers, args.pretrained_params)))
@@ -225,7 +227,7 @@ def main(argv=None):
             try:
                 plot(rows, args.plot, args.title)
             except ImportError:
-                raise pipeline.ConfigError("drawing needs matplotlib: pip install -r requirements-dev.txt") from None
+                raise RunError("drawing needs matplotlib: pip install -r requirements-dev.txt") from None
 
     return exit_status("confidence.py", run)
 

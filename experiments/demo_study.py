@@ -11,8 +11,8 @@ and the figures the demo prints, as one JSON line.
 --split tune holds the last fifth of the world's training people out (their questions
 never seen, scored after finetuning on the rest): the split to choose settings on.
 --split dev finetunes on every training person and scores the dev people: for the chosen
-settings, once. The defaults are the demo's (run.sh demo; the world is world.DEMO_WORLD),
-so that a winner can become it.
+settings, once. The defaults are the demo's (run.sh demo: config.RECIPES["demo"] with
+config.DEMO_VARIANT; the world is world.DEMO_WORLD), so that a winner can become it.
 --finetune_recalled finetunes only on the seen people whose birthplace the pretrained model
 completes from their biography. Several --finetune_lm_weight values finetune the one
 pretrained model once each (a row each); the pretrain+finetune answers' details go to
@@ -34,13 +34,14 @@ import src_path  # noqa: F401
 import pipeline
 import world
 from arguments import exit_status
-from config import HANDOUT, RunConfig
+from config import DEMO_VARIANT, RECIPES, RunConfig
 from dataset import question_place_pairs
 from decoding import recalled_places
+from inputs import read_pairs
 from london_baseline import most_frequent_place
 from model import VARIANTS
 
-SCRATCH_LR = 1e-3  # the demo's finetuning without pretraining (75 epochs, as the handout's)
+DEMO = RECIPES["demo"]
 
 
 def world_options(text):
@@ -56,7 +57,7 @@ def pairs_file(path, rows):
 def study(args):
     out = Path(args.out)
     files = world.write_world(out / "world", seed=args.seed, **world_options(args.world))
-    read = lambda path: [(q, p) for _, q, p in pipeline.read_pairs(path, "pairs", question_place_pairs)]  # noqa: E731
+    read = lambda path: [(q, p) for _, q, p in read_pairs(path, "pairs", question_place_pairs)]  # noqa: E731
     train = read(files["birth_places_train.tsv"])
     if args.split == "tune":
         cut = len(train) - len(train) // 5
@@ -64,25 +65,18 @@ def study(args):
     else:
         seen, scored = train, read(files["birth_dev.tsv"])
     seen_path, scored_path = pairs_file(out / "seen.tsv", seen), pairs_file(out / "scored.tsv", scored)
-    try:
-        recipe = dataclasses.replace(
-            HANDOUT,
-            n_layer=args.n_layer,
-            n_head=args.n_head,
-            n_embd=args.n_embd,
-            dropout=0.0,
-            pretrain_epochs=args.epochs,
-            decay_epochs=args.decay_epochs,
-            pretrain_batch_size=32,
-            pretrain_lr=3e-3,
-            finetune_batch_size=32,
-            finetune_lr=args.finetune_lr,
-            finetune_epochs_from_pretrained=args.finetune_epochs,
-            finetune_frozen=args.finetune_frozen,
-            max_shift=args.max_shift,
-        )
-    except ValueError as e:
-        raise pipeline.ConfigError(str(e)) from None
+    recipe = dataclasses.replace(
+        DEMO,
+        n_layer=args.n_layer,
+        n_head=args.n_head,
+        n_embd=args.n_embd,
+        pretrain_epochs=args.epochs,
+        decay_epochs=args.decay_epochs,
+        finetune_lr=args.finetune_lr,
+        finetune_epochs_from_pretrained=args.finetune_epochs,
+        finetune_frozen=args.finetune_frozen,
+        max_shift=args.max_shift,
+    )
     common = dict(variant=args.variant, pretrain_corpus_path=files["wiki.txt"], recipe=recipe, seed=args.seed)
     common.update(device="cpu", tensorboard_root=str(out / "expt"))
     start = time.monotonic()
@@ -119,8 +113,7 @@ def study(args):
     frequent = most_frequent_place(seen_path)
     scratch = None
     if args.scratch:
-        scratch_recipe = dataclasses.replace(recipe, finetune_lr=SCRATCH_LR)
-        scratch = answered(str(out / "scratch.params"), scratch_recipe)
+        scratch = answered(str(out / "scratch.params"))
     before_finetuning = answered(pretrained, finetune=False)  # mixed pairs can teach the questions already
     for weight in args.finetune_lm_weight:
         suffix = f"_lm{weight:g}" if len(args.finetune_lm_weight) > 1 else ""
@@ -141,7 +134,7 @@ def study(args):
             finetune_epochs=args.finetune_epochs,
             finetune_frozen=args.finetune_frozen,
             finetune_lm_weight=weight,
-            finetuned_on=len(pipeline.read_pairs(finetuned_on, "pairs", question_place_pairs)),
+            finetuned_on=len(read_pairs(finetuned_on, "pairs", question_place_pairs)),
             world=args.world,
             scored=len(scored),
             recalled=f"{recalled}/{probed}",
@@ -158,17 +151,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0, help="seeds the world and the training")
     parser.add_argument("--split", choices=["tune", "dev"], required=True)
-    parser.add_argument("--variant", choices=VARIANTS, default="rope")
-    parser.add_argument("--epochs", type=int, default=150, help="pretraining epochs (default 150)")
+    parser.add_argument("--variant", choices=VARIANTS, default=DEMO_VARIANT)
+    parser.add_argument("--epochs", type=int, default=DEMO.pretrain_epochs, help="pretraining epochs")
     parser.add_argument(
         "--decay_epochs",
         type=int,
-        default=HANDOUT.decay_epochs,
-        help=f"the learning rate's cosine half period in epochs (default {HANDOUT.decay_epochs}, the handout's)",
+        default=DEMO.decay_epochs,
+        help="the learning rate's cosine half period in epochs",
     )
-    parser.add_argument("--n_layer", type=int, default=4, help="model depth (default 4)")
-    parser.add_argument("--n_head", type=int, default=4, help="attention heads (default 4)")
-    parser.add_argument("--n_embd", type=int, default=128, help="model width (default 128)")
+    parser.add_argument("--n_layer", type=int, default=DEMO.n_layer, help="model depth")
+    parser.add_argument("--n_head", type=int, default=DEMO.n_head, help="attention heads")
+    parser.add_argument("--n_embd", type=int, default=DEMO.n_embd, help="model width")
     parser.add_argument(
         "--mix_copies",
         type=int,
@@ -176,9 +169,9 @@ def main(argv=None):
         metavar="K",
         help="mix K copies of the seen people's questions into every pretraining epoch (default 1; 0: none)",
     )
-    parser.add_argument("--max_shift", type=int, default=0, help="pretraining examples shifted by 0..N pads")
-    parser.add_argument("--finetune_lr", type=float, default=3e-5)
-    parser.add_argument("--finetune_epochs", type=int, default=10)
+    parser.add_argument("--max_shift", type=int, default=DEMO.max_shift, help="examples shifted by 0..N pads")
+    parser.add_argument("--finetune_lr", type=float, default=DEMO.finetune_lr)
+    parser.add_argument("--finetune_epochs", type=int, default=DEMO.finetune_epochs_from_pretrained)
     parser.add_argument("--finetune_frozen", default="", help="parts finetuning leaves frozen (a recipe field)")
     parser.add_argument(
         "--finetune_recalled", action="store_true", help="finetune only on the seen people the model recalls"

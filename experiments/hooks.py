@@ -12,10 +12,10 @@ import src_path  # noqa: F401
 # isort: split
 from tqdm.auto import tqdm
 
-from checkpoint import save_params_with_facts
 from dataset import question_place_pairs
 from decoding import birthplace_recall, predict_places
-from pipeline import UNSHIFTED_SUFFIX, encodable_questions, read_pairs
+from inputs import encodable_questions, read_pairs
+from params import save_params_with_facts
 
 
 def recall_probe(pairs_path, every):
@@ -52,9 +52,8 @@ def recall_probe(pairs_path, every):
 
 def save_snapshots(every):
     """
-    Every `every` epochs, the params as <params>.epoch<E>, their facts holding the epochs and
-    the seconds spent training so far (for learning curves; with a shifted pretraining stage,
-    the first stage's are <params>.unshifted.epoch<E>).
+    Every `every` epochs, the params as <params>.epoch<E>, their facts holding the epochs
+    (counted on over pretraining's stages) and the seconds spent training so far (for learning curves).
     """
 
     def snapshot(end):
@@ -70,7 +69,7 @@ def snapshots(params_path):
     folder, name = os.path.split(params_path)
     found = []
     for entry in os.listdir(folder or "."):
-        match = re.fullmatch(re.escape(name) + rf"(?:{re.escape(UNSHIFTED_SUFFIX)})?\.epoch(\d+)", entry)
+        match = re.fullmatch(re.escape(name) + r"\.epoch(\d+)", entry)
         if match:
             found.append((int(match.group(1)), os.path.join(folder, entry)))
     return sorted(found)

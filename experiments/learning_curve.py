@@ -27,10 +27,10 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import build_parser, exit_status, parse, positive_int
-from checkpoint import read_facts
+from evaluation import held_out_pairs
 from files import atomic_write
 from hooks import save_snapshots, snapshots
-from recall import held_out_pairs, recall
+from params import read_facts
 
 COLUMNS = ["epochs", "training_minutes", "recalled", "probed", "answered", "questions"]
 
@@ -38,7 +38,7 @@ COLUMNS = ["epochs", "training_minutes", "recalled", "probed", "answered", "ques
 def accuracy(cfg, snapshot, epochs, out):
     """(answered, questions): held-out questions answered after finetuning a copy of the snapshot."""
     finetuned = os.path.join(out, f"finetune.epoch{epochs}.params")
-    common = dict(reading_params_path=snapshot, max_epochs=None, batch_size=None, resume=False, keep_checkpoint=False)
+    common = dict(reading_params_path=snapshot, resume=False, keep_checkpoint=False)
     pipeline.finetune(dataclasses.replace(cfg, function="finetune", writing_params_path=finetuned, **common))
     evaluation = pipeline.evaluate(
         dataclasses.replace(
@@ -55,7 +55,7 @@ def accuracy(cfg, snapshot, epochs, out):
 
 def curve(cfg, every, out):
     """Pretrain with snapshots (unless done), score every snapshot, write <out>/curve.csv."""
-    held_out = held_out_pairs(cfg.eval_corpus_path)
+    held_out_pairs(cfg.eval_corpus_path)  # a bad file is said before pretraining
     Path(out).mkdir(parents=True, exist_ok=True)
     params = cfg.writing_params_path
     if os.path.exists(params):
@@ -64,7 +64,7 @@ def curve(cfg, every, out):
         pipeline.pretrain(cfg, [save_snapshots(every)])
     rows = []
     for epochs, snapshot in snapshots(params):
-        recalled, probed = recall(dataclasses.replace(cfg, reading_params_path=snapshot), held_out)
+        recalled, probed = pipeline.recall(dataclasses.replace(cfg, reading_params_path=snapshot))
         answered, questions = accuracy(cfg, snapshot, epochs, out)
         minutes = read_facts(snapshot)["training_seconds"] / 60
         rows.append(dict(zip(COLUMNS, [epochs, round(minutes, 3), recalled, probed, answered, questions])))

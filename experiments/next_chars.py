@@ -20,10 +20,11 @@ import src_path  # noqa: F401
 
 # isort: split
 import pipeline
-from arguments import exit_status
+from arguments import exit_status, params_parser, reading_config
 from dataset import MASK_CHAR
 from decoding import next_character_choices
-from reading import params_parser, reading_config
+from errors import RunError
+from inputs import encodable_questions
 
 
 def choice_lines(prompt, choices):
@@ -51,7 +52,7 @@ def main(argv=None):
         setup = pipeline.build(cfg)
         device = pipeline.start_device(cfg)
         corpus = setup.corpus
-        prompt = pipeline.encodable_questions(corpus, [args.prompt or args.question], "prompt")[0]
+        prompt = encodable_questions(corpus, [args.prompt or args.question], "prompt")[0]
         prompt += MASK_CHAR if args.question else ""
         try:
             choices = next_character_choices(
@@ -65,7 +66,7 @@ def main(argv=None):
                 stop_char=MASK_CHAR if args.question else None,
             )
         except ValueError as e:
-            raise pipeline.ConfigError(str(e)) from None
+            raise RunError(str(e)) from None
         print("\n".join(choice_lines(prompt, choices)))
 
     return exit_status("next_chars.py", run)

@@ -1,11 +1,9 @@
 """
 Pretraining as `run.py pretrain` runs it, with the research switches of the studies in
-docs/: a birthplace-recall probe every few epochs, snapshots of the params, and
-question<TAB>place pairs mixed into the pretraining data.
+docs/: a birthplace-recall probe every few epochs, and snapshots of the params.
 
     python experiments/probed_pretraining.py pretrain vanilla wiki.txt --writing_params_path pretrain.params \\
-        --probe_corpus_path val400.tsv --probe_every 10 [--save_every 10] \\
-        [--mix_corpus_path train1600.tsv] [run.py flags]
+        --probe_corpus_path val400.tsv --probe_every 10 [--save_every 10] [run.py flags]
 """
 
 import sys
@@ -29,11 +27,6 @@ def main(argv=None):
     r.add_argument("--probe_every", type=positive_int, default=5, metavar="N", help="epochs between probes (default 5)")
     r.add_argument(
         "--save_every", type=positive_int, metavar="N", help="also save the params every N epochs as <params>.epoch<E>"
-    )
-    r.add_argument(
-        "--mix_corpus_path",
-        metavar="PATH",
-        help="question<TAB>place pairs, in finetuning's format, mixed into every pretraining epoch",
     )
     argv = sys.argv[1:] if argv is None else list(argv)
     cfg, args = parse(argv, parser)

@@ -18,20 +18,21 @@ import src_path  # noqa: F401
 
 # isort: split
 import pipeline
-from arguments import exit_status
+from arguments import exit_status, params_parser, reading_config
 from dataset import corpus_lines
+from errors import RunError
+from inputs import encodable_questions, read_text
 from perplexity import bits_per_character, corruption_loss
-from reading import params_parser, reading_config
 
 
 def text_loss(cfg, text_path, seed=0):
     """(nats, targets, documents) of the text file's lines under cfg's params (reading_params_path), on cfg's device."""
     setup = pipeline.build(cfg)
     corpus = setup.corpus
-    lines = pipeline.encodable_questions(corpus, corpus_lines(pipeline.read_text(text_path, "text")), "text")
+    lines = encodable_questions(corpus, corpus_lines(read_text(text_path, "text")), "text")
     documents = corpus.with_documents(line for line in lines if line)
     if not len(documents):
-        raise pipeline.ConfigError(f"{text_path} has no characters of the vocabulary")
+        raise RunError(f"{text_path} has no characters of the vocabulary")
     device = pipeline.start_device(cfg)
     nats, targets = corruption_loss(setup.model.to(device), documents, device, seed)
     return nats, targets, len(documents)

@@ -1,7 +1,9 @@
 """
-run.py's command line as a config.RunConfig: the course's flags, the model sizes, the
-run controls, and every recipe field as a flag of its own (--dropout 0, --group_by_length,
---no-group_by_length). run.py and the research scripts in experiments/ parse with it.
+run.py's command line as a config.RunConfig: the course's positional arguments and paths,
+the run's controls, and a flag for every Recipe field, generated from its type, default
+and comment (--dropout 0; a yes/no field as --group_by_length or --no-group_by_length).
+run.py and the research scripts in experiments/ parse with it; exit_status runs a
+command and turns the one error type, RunError, into one line and exit code 2.
 """
 
 import argparse
@@ -14,14 +16,11 @@ import sys
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from config import BOTTLENECK_DIM, HANDOUT, RECIPES, Recipe, RunConfig
+from config import RECIPES, Recipe, RunConfig, field_comments, parse_value
 from distributed import launch_rank
+from errors import RunError
 from model import VARIANTS
-from pipeline import ConfigError
 from trainer import TrainingInterrupted
-
-SIZE_FLAGS = ("n_layer", "n_head", "n_embd")  # the recipe's sizes, but the params' own when reading params
-RECIPE_FLAGS = {f.name: f.type for f in dataclasses.fields(Recipe) if f.name not in SIZE_FLAGS}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -45,12 +44,41 @@ def positive_float(text):
     return value
 
 
+def recipe_type(field):
+    """argparse's type for a Recipe field: its values parsed as config.parse_value does, errors in one line."""
+    kind = float if "float" in str(field.type) else field.type
+
+    def parse(text):
+        try:
+            return parse_value(kind, text, f"--{field.name}")
+        except RunError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def add_recipe_flags(parser):
+    """A flag for every Recipe field; a flag left out leaves the field out of the namespace."""
+    group = parser.add_argument_group("recipe settings (default: --recipe's; --help's end lists handout / cpu / demo)")
+    comments = field_comments(Recipe)
+    for field in dataclasses.fields(Recipe):
+        kwargs = dict(default=argparse.SUPPRESS, help=comments.get(field.name))
+        if field.type is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs.update(type=recipe_type(field), metavar=field.name.split("_")[-1].upper())
+            kwargs["choices"] = field.metadata.get("choices")
+        group.add_argument(f"--{field.name}", **kwargs)
+
+
 def recipe_epilog():
-    """The recipe fields a command line may set, with the handout's and the cpu recipe's values."""
-    lines = ["recipe settings (--NAME VALUE; a yes/no setting: --NAME or --no-NAME), handout / cpu:"]
-    for name in RECIPE_FLAGS:
-        handout, cpu = getattr(HANDOUT, name), getattr(RECIPES["cpu"], name)
-        lines.append(f"  --{name} {handout}" + (f" / {cpu}" if cpu != handout else ""))
+    """Every recipe field with its value in each named recipe, and the flags each function needs."""
+    lines = [f"recipe settings, {' / '.join(RECIPES)}:"]
+    for field in dataclasses.fields(Recipe):
+        values = [getattr(recipe, field.name) for recipe in RECIPES.values()]
+        shown = [str(v) if not isinstance(v, tuple) else repr("; ".join(map(str, v))) for v in values]
+        lines.append(f"  --{field.name} " + (shown[0] if len(set(shown)) == 1 else " / ".join(shown)))
     needs = [f"  {function}: {' '.join('--' + n for n in names)}" for function, names in RunConfig.REQUIRED.items()]
     return "\n".join(lines + ["", "flags each function needs:", *needs])
 
@@ -74,27 +102,10 @@ def build_parser(prog="run.py", description=None):
     p.add_argument("--finetune_corpus_path", help="question<TAB>place pairs to finetune on")
     p.add_argument("--eval_corpus_path", help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", help="where to write one predicted place per line")
+    p.add_argument("--mix_corpus_path", help="pretrain: question<TAB>place pairs, the stages' pairs (see Stage)")
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
-    p.add_argument(
-        "--recipe",
-        choices=sorted(RECIPES),
-        default="handout",
-        help="training settings: handout (default) or cpu, a schedule for a CPU (docs/cpu-recipe.md)",
-    )
-    m = p.add_argument_group("model size (default: the recipe's, or the params' own)")
-    what = dict(n_layer="Transformer blocks", n_head="attention heads per block", n_embd="width of every block")
-    for name in SIZE_FLAGS:
-        m.add_argument(f"--{name}", type=positive_int, help=f"{what[name]} (default {getattr(HANDOUT, name)})")
-    m.add_argument(
-        "--bottleneck_dim", type=positive_int, help=f"the perceiver's latent length m (default {BOTTLENECK_DIM})"
-    )
+    p.add_argument("--recipe", choices=list(RECIPES), default="handout", help="the named settings (src/config.py)")
     c = p.add_argument_group("run control")
-    c.add_argument(
-        "--max_epochs",
-        type=positive_int,
-        help="epochs (default: the recipe's; pretrain: the first stage's where the recipe has a shifted one)",
-    )
-    c.add_argument("--batch_size", type=positive_int, help="batch size (default: the recipe's)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
     c.add_argument(
@@ -112,34 +123,33 @@ def build_parser(prog="run.py", description=None):
         help="also write the checkpoint every N minutes within an epoch (default: after every epoch only)",
     )
     c.add_argument("--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes")
+    add_recipe_flags(p)
     return p
 
 
-def split_recipe_flags(argv):
-    """(the arguments for the parser, [(name, text)] of the recipe settings among them)."""
-    rest, settings, i = [], [], 0
-    while i < len(argv):
-        flag = argv[i]
-        name, equals, text = flag[2:].partition("=") if flag.startswith("--") else ("", "", "")
-        if name.startswith("no-") and RECIPE_FLAGS.get(name[3:]) is bool and not equals:
-            settings.append((name[3:], "false"))
-        elif name in RECIPE_FLAGS and (equals or RECIPE_FLAGS[name] is bool):
-            settings.append((name, text if equals else "true"))
-        elif name in RECIPE_FLAGS:
-            if i + 1 == len(argv):
-                raise ValueError(f"--{name} needs a value")
-            settings.append((name, argv[i + 1]))
-            i += 1
-        else:
-            rest.append(flag)
-        i += 1
-    return rest, settings
+def params_parser(description, params_help, prog=None):
+    """
+    The parser of a command that reads one params file: VARIANT PRETRAIN_CORPUS_PATH
+    --reading_params_path PARAMS [--device DEVICE]; the command adds its own arguments.
+    """
+    parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("variant", choices=VARIANTS)
+    parser.add_argument("pretrain_corpus_path", help="the pretraining corpus (the vocabulary)")
+    parser.add_argument("--reading_params_path", required=True, help=params_help)
+    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    return parser
 
 
-def run_config(args, recipe, command):
-    """The RunConfig of the parsed command line: its flags, the recipe with its settings, the command itself."""
-    given = {name: value for name, value in vars(args).items() if name in RunConfig.__dataclass_fields__}
-    return RunConfig(**given | dict(recipe=recipe, recipe_name=args.recipe, command=command))
+def reading_config(args, **more):
+    """The evaluate RunConfig of params_parser's arguments: the params to read, on the device asked for."""
+    return RunConfig(
+        "evaluate",
+        args.variant,
+        args.pretrain_corpus_path,
+        reading_params_path=args.reading_params_path,
+        device=args.device,
+        **more,
+    )
 
 
 def parse(argv, parser):
@@ -147,33 +157,33 @@ def parse(argv, parser):
     (the RunConfig, the parsed namespace) of a run.py command line; a bad one exits with
     one line and code 2. `parser` is build_parser()'s, perhaps with more arguments added.
     """
+    args = parser.parse_args(argv)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
     try:
-        parser_argv, settings = split_recipe_flags(argv)
-    except ValueError as e:
+        recipe = dataclasses.replace(RECIPES[args.recipe], **given)
+    except RunError as e:
         parser.error(str(e))
-    args = parser.parse_args(parser_argv)
-    try:
-        recipe = RECIPES[args.recipe].with_settings(settings)
-    except ValueError as e:
-        parser.error(str(e))
-    return run_config(args, recipe, shlex.join([parser.prog, *argv])), args
+    run = {name: value for name, value in vars(args).items() if name in RunConfig.__dataclass_fields__}
+    command = shlex.join([parser.prog, *argv])
+    extra = dict(recipe=recipe, recipe_name=args.recipe, given=frozenset(given), command=command)
+    return RunConfig(**run | extra), args
 
 
 def exit_status(prog, call):
     """
-    call()'s exit status as a command's: 0; 2 with a ConfigError said in one line; 128 + the
+    call()'s exit status as a command's: 0; 2 with a RunError said in one line; 128 + the
     signal for an interrupted training (its checkpoint kept). torchrun's process group ends here.
     """
     said = logging.StreamHandler(sys.stderr)  # the library's warnings, one plain line each
     said.setFormatter(logging.Formatter("%(message)s"))
     logging.getLogger().addHandler(said)
-    logging.getLogger("pipeline").setLevel(logging.INFO)  # the held-out loss of every epoch, when asked for
+    logging.getLogger("logs").setLevel(logging.INFO)  # the held-out loss of every epoch, when asked for
     try:
         with logging_redirect_tqdm():  # a line said during training goes above the progress bar, not into it
             call()
         if torch.distributed.is_initialized():
             torch.distributed.barrier()  # the ranks leave together, rank 0's files written: no rank tears down alone
-    except ConfigError as e:
+    except RunError as e:
         if launch_rank() == 0:
             print(f"{prog}: error: {e}", file=sys.stderr)
         return 2

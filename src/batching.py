@@ -1,18 +1,71 @@
 """
-How examples become the batches a step trains on: pure functions of CPU tensors.
+How examples become the batches a step trains on, on the CPU.
 
 Every model here is causal and the loss ignores pad targets (id 0), so a batch can be
 cut after its last real target, and split into passes of rows of similar length,
-without changing its mean loss or gradient.
+without changing its mean loss or gradient (the trainer weighs each pass by its share
+of the batch's targets).
 """
 
+import math
+
 import torch
+from torch.utils.data import DataLoader
+
+LENGTH_GROUPING_POOL = 16  # with group_by_length, batches per pool of examples grouped by length
 
 
 def real_lengths(y):
     """(B, T) targets -> (B,) the position after each row's last target that is not the pad 0."""
     positions = torch.arange(1, y.size(1) + 1, device=y.device)
     return ((y != 0) * positions).max(dim=1).values
+
+
+class EpochBatches:
+    """
+    The global batches (x, y) of an epoch, in an order fixed by the epoch's seed. The
+    examples come from a DataLoader (or, with corrupt_by_epoch, all at once from the
+    dataset's corrupt_all), in chunks of one batch, or of LENGTH_GROUPING_POOL batches
+    with group_by_length; length_buckets then cuts each batch after its last real target
+    (full_padding leaves the batches at the block size, as the course's are).
+    """
+
+    def __init__(self, dataset, config, pin_memory=False):
+        self.dataset, self.config = dataset, config
+        self.generator = torch.Generator()
+        pool = LENGTH_GROUPING_POOL if config.group_by_length and not config.full_padding else 1
+        self.chunk_size = config.batch_size * pool
+        self.loader = None
+        if not config.corrupt_by_epoch:
+            self.loader = DataLoader(
+                dataset,
+                batch_size=self.chunk_size,
+                shuffle=True,
+                generator=self.generator,
+                num_workers=config.num_workers,
+                persistent_workers=config.num_workers > 0,
+                pin_memory=pin_memory,
+            )
+
+    def __len__(self):
+        """Steps per epoch."""
+        return math.ceil(len(self.dataset) / self.config.batch_size)
+
+    def epoch(self, seed):
+        """The epoch's global batches (x, y), each (B, T), drawn with a generator seeded with `seed`."""
+        self.generator.manual_seed(seed)
+        for x, y in self.chunks():
+            if self.config.full_padding:
+                yield x, y
+            else:
+                yield from length_buckets(x, y, self.config.batch_size, self.generator)
+
+    def chunks(self):
+        if self.loader is not None:
+            return self.loader
+        order = torch.randperm(len(self.dataset), generator=self.generator)
+        x, y = self.dataset.corrupt_all(order, self.generator)
+        return zip(x.split(self.chunk_size), y.split(self.chunk_size))
 
 
 def length_buckets(x, y, batch_size, generator=None):
@@ -34,37 +87,35 @@ def length_buckets(x, y, batch_size, generator=None):
         yield x[rows, :n], y[rows, :n]
 
 
-def micro_batches(x, y, size):
+def forward_passes(x, y, size=None, cut=True):
     """
-    A batch as forward passes: [(x, y, share)], share being the pass's part of the batch's
-    real targets, so that the shares' weighted sum of the passes' mean losses is the
-    batch's mean loss. The rows are sorted by length, split into `size` rows, and each
-    pass is cut after its last real target; a batch of at most `size` rows is one pass.
+    A batch as forward passes [(x, y)]: its rows sorted by length, `size` rows at a time
+    (None: all), each pass cut after its last real target; a batch of at most `size`
+    rows is one pass in its own order, and cut=False leaves it whole. Passes without a
+    real target are left out: they add nothing to the batch's loss.
     """
     lengths = real_lengths(y)
-    if size >= len(y) or not y.any():
+    if not cut:
+        return [(x, y)]
+    if size is None or size >= len(y) or not y.any():
         n = max(1, int(lengths.max()))
-        return [(x[:, :n], y[:, :n], 1.0)]
+        return [(x[:, :n], y[:, :n])]
     passes = []
     for rows in torch.argsort(lengths, stable=True).split(size):
-        targets = int((y[rows] != 0).sum())
-        if targets:  # rows without a real target add nothing to the batch's mean loss
-            n = int(lengths[rows].max())
-            passes.append((x[rows, :n], y[rows, :n], targets))
-    total = sum(targets for _, _, targets in passes)
-    return [(xp, yp, targets / total) for xp, yp, targets in passes]
+        n = int(lengths[rows].max())
+        if n:
+            passes.append((x[rows, :n], y[rows, :n]))
+    return passes
 
 
 def rank_rows(x, y, rank, world_size):
     """
-    Rank `rank`'s rows of a global batch (rows rank, rank + N, ...) and the weight of
-    their mean loss: with every rank's loss weighted so, the gradient that
-    DistributedDataParallel averages is that of the mean loss over the global batch.
+    Rank `rank`'s rows of a global batch (rows rank, rank + N, ...), and whether they
+    count: with fewer rows than ranks, a rank joins the step with a row that counts for nothing.
     """
     if world_size == 1:
-        return x, y, 1.0
+        return x, y, True
     rows = torch.arange(rank, len(y), world_size)
-    mine, total = int((y[rows] != 0).sum()), int((y != 0).sum())
-    if len(rows) == 0:  # fewer rows than ranks: join the step with a row that counts for nothing
-        rows, mine = torch.arange(1), 0
-    return x[rows], y[rows], world_size * mine / max(1, total)
+    if len(rows) == 0:
+        return x[:1], y[:1], False
+    return x[rows], y[rows], True

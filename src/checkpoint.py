@@ -1,196 +1,117 @@
 """
-.params files: a model's plain state_dict (what the course's code writes and reads), the
-facts written beside it as <params>.json, and the one check that a file fits a model;
-and RunIdentity, what a resumable training checkpoint (Trainer.state_dict) belongs to.
+A training's resumable checkpoint: what it holds (state), how it is written (save) and
+read back (load, refusing another run's), and how a Trainer is put back (restore), so
+that a resumed run goes on exactly as an uninterrupted one would (bit for bit on a CPU
+without DataLoader workers: every epoch's data order comes from its own seed, and the
+span corruption's draws replay from Python's random state at the epoch's start).
+
+What a checkpoint belongs to (its identity) is a dict the caller derives from its
+settings (pipeline.run_identity: the whole recipe, the data, the stage); resuming under
+another identity is refused in one line.
 """
 
-import contextlib
-import dataclasses
-import json
-import os
-from typing import Optional
+import logging
+import random
 
 import torch
 
-from files import atomic_write, short_reason
+from errors import RunError, short_reason
+from files import atomic_write
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 2  # checkpoints of the code before (no "format") are refused, in one line
 
 
-@dataclasses.dataclass(frozen=True)
-class RunIdentity:
-    """What a resumable checkpoint belongs to: the trainer refuses to resume under another identity."""
-
-    function: str
-    variant: str
-    n_layer: int
-    n_head: int
-    n_embd: int
-    bottleneck_dim: Optional[int]  # the perceiver's; None for the other variants
-    vocab_size: int
-    examples: int
-    max_epochs: int
-    batch_size: int
-    learning_rate: float
-    full_padding: bool
-    seed: int
-    recipe: str
-    dropout: float
-    decay_groups: str
-    lr_schedule: str
-    group_by_length: bool
-    precision: str
-    mix_corpus_path: Optional[str] = None
-    corrupt_by_epoch: bool = False
-    max_shift: int = 0
-    weight_decay: Optional[float] = None  # where the recipe's differs from its named recipe's
-    decay_epochs: Optional[int] = None
-    other_settings: Optional[str] = None  # the recipe's other changes from its named recipe, as JSON
-
-    def as_dict(self):
-        """As the checkpoint stores it: the fields with defaults only when set, so that older checkpoints resume."""
-        identity = dataclasses.asdict(self)
-        for field in dataclasses.fields(self):
-            if field.default is not dataclasses.MISSING and identity[field.name] == field.default:
-                del identity[field.name]
-        return identity
+def state(trainer):
+    """Everything a resumed run needs to go on as if it had not stopped."""
+    t = trainer
+    return {
+        "format": FORMAT,
+        "model": t.model.state_dict(),
+        "optimizer": t.optimizer.state_dict(),
+        "scheduler": t.scheduler.state_dict(),
+        "scaler": t.precision.scaler.state_dict(),
+        "epoch": t.epoch,  # the epoch to run next (0-based) ...
+        "batches_done": t.batches_done,  # ... and how many of its batches are done
+        "step": t.step,
+        "epoch_losses": list(t.epoch_losses),
+        "epoch_loss_so_far": float(t.epoch_loss),
+        "data_seed": t.data_seed,
+        "python_random": t.epoch_random_state,
+        "torch_random": torch.get_rng_state(),
+        "cuda_random": torch.cuda.get_rng_state_all() if t.device.type == "cuda" else None,
+        "run_identity": t.config.run_identity,
+        "run_facts": t.config.run_facts,
+    }
 
 
-class ParamsError(ValueError):
-    """A params file that cannot be read or does not fit: the message says which file and why, in one line."""
-
-
-def save_params(model, path):
-    """Save the model's plain state_dict, atomically."""
-    atomic_write(path, lambda f: torch.save(model.state_dict(), f))
-
-
-def save_params_with_facts(model, path, facts):
-    """
-    Save the params and then their facts; the old facts go first, so that a crash in
-    between leaves params without facts, never params with another run's facts.
-    """
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(facts_path(path))
-    save_params(model, path)
-    write_facts(path, facts)
-
-
-def read_state_dict(path):
-    """A state_dict from a file, loaded with weights_only=True so that the file cannot run code."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"it holds a {type(state).__name__} that is not a state_dict of tensors")
-    return state
-
-
-def params_architecture(state):
-    """
-    What a GPT state_dict says about the model it came from: variant, n_layer, n_embd,
-    vocab_size, block_size, and bottleneck_dim (perceiver) or n_head (synthesizer; the
-    other variants' weights do not depend on the number of heads). KeyError if not a GPT's.
-    """
-    vocab_size, n_embd = state["tok_emb.weight"].shape
-    blocks = {key.split(".")[1] for key in state if key.startswith("blocks.")}
-    found = dict(n_layer=len(blocks), n_embd=n_embd, vocab_size=vocab_size)
-    if "pos_emb" not in state:  # rope's positions are its rotary table (block_size, head_dim / 2, 2)
-        rope_cache = state["blocks.0.attn.rope_cache"]
-        head_dim = 2 * rope_cache.shape[1]
-        return dict(found, variant="rope", n_head=n_embd // head_dim, block_size=rope_cache.shape[0])
-    found["block_size"] = state["pos_emb"].shape[1]
-    if "down_block.C" in state:
-        return dict(found, variant="perceiver", n_layer=len(blocks) + 2, bottleneck_dim=state["down_block.C"].shape[1])
-    if "blocks.0.attn.w2" in state:
-        return dict(found, variant="synthesizer", n_head=n_embd // state["blocks.0.attn.w2"].shape[0])
-    return dict(found, variant="vanilla")
-
-
-def load_params(model, path_or_state):
-    """
-    Load a state_dict saved by save_params, or by the course's code (or the dict itself), into `model`.
-
-    Causal-mask buffers are not learned, so the model keeps its own: files whose
-    masks have another size or none at all (older layouts) load too.
-    """
-    state = path_or_state if isinstance(path_or_state, dict) else read_state_dict(path_or_state)
-    state = {k: v for k, v in state.items() if not k.endswith(".mask")}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith(".mask")]
-    if missing or unexpected:
-        raise ValueError(f"missing keys {missing[:3]}, unexpected keys {unexpected[:3]}")
-    return model
-
-
-def load_fitting_params(model, path, variant, corpus_path, purpose):
-    """
-    Load the params at `path` into `model` (a GPT of `variant` over the vocabulary of
-    `corpus_path`), or raise ParamsError saying in one line why they do not fit it and
-    which flags would; `purpose` ("finetune", "evaluate") words the advice.
-    """
+def save(path, checkpoint):
+    """Write a checkpoint atomically: a failed write (a full disk) leaves the last one as it was."""
     try:
-        state = read_state_dict(path)
+        atomic_write(path, lambda f: torch.save(checkpoint, f))
+    except RunError as e:
+        raise RunError(f"{e}; the last checkpoint is kept, and --resume goes on from it") from None
+
+
+def read(path):
+    """The checkpoint at `path`, or None if there is none; RunError if it cannot be read or is of the code before."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise ParamsError(f"params file {path} does not exist") from None
-    except Exception as e:
-        raise ParamsError(
-            f"params file {path} cannot be read (truncated, or not a params file?): {short_reason(e)}"
-        ) from None
-    try:
-        found = params_architecture(state)
-    except (KeyError, IndexError, ValueError):
-        raise ParamsError(f"params file {path} does not hold a GPT of this project") from None
-    config = model.config
-    trained_m = found.get("bottleneck_dim")
-    if found["variant"] != variant or (trained_m is not None and trained_m != config.bottleneck_dim):
-        m = f" with bottleneck_dim {trained_m}" if trained_m else ""
-        flag = f" and --bottleneck_dim {trained_m}" if trained_m else ""
-        raise ParamsError(
-            f"params file {path} was trained as {found['variant']}{m}: "
-            f"{purpose} it with the {found['variant']} variant{flag}"
-        )
-    sizes = [
-        f"--{key} {found[key]}"
-        for key in ("n_layer", "n_head", "n_embd")
-        if key in found and found[key] != getattr(config, key)
-    ]
-    if sizes:
-        raise ParamsError(f"params file {path} holds a model of another size: {purpose} it with {' '.join(sizes)}")
-    if found["vocab_size"] != config.vocab_size:
-        raise ParamsError(
-            f"params file {path} has a vocabulary of {found['vocab_size']} characters but the pretraining "
-            f"corpus {corpus_path} gives {config.vocab_size}: pass the corpus it was pretrained on"
-        )
-    if found["block_size"] != config.block_size:
-        raise ParamsError(f"params file {path} has block size {found['block_size']}, this code {config.block_size}")
-    try:
-        load_params(model, state)
-    except (ValueError, RuntimeError) as e:
-        raise ParamsError(
-            f"params file {path} does not fit a {variant} model of this size: {short_reason(e)}"
-        ) from None
-
-
-def facts_path(params_path):
-    return params_path + ".json"
-
-
-def write_facts(params_path, facts):
-    """Write what a params file is (variant, sizes, vocabulary, recipe, command) beside it."""
-    text = json.dumps(facts, indent=1, ensure_ascii=False) + "\n"
-    atomic_write(facts_path(params_path), lambda f: f.write(text.encode("utf-8")))
-
-
-def read_facts(params_path):
-    """The facts beside a params file, or None where there are none (params of the course's code, say)."""
-    path = facts_path(params_path)
-    if not os.path.exists(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            facts = json.load(f)
-        if not isinstance(facts, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as e:
-        raise ParamsError(
-            f"{path} (what {params_path} is) cannot be read: {short_reason(e)}; "
-            "delete it to go by the command line alone"
-        ) from None
-    return facts
+    except Exception as e:
+        raise RunError(f"checkpoint {path} cannot be read ({short_reason(e)}): delete it to start over") from None
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
+        raise RunError(f"checkpoint {path} was written by an earlier version of this code: delete it to start over")
+    return checkpoint
+
+
+def saved_identity(path):
+    """The identity of the checkpoint at `path` (None if there is none)."""
+    checkpoint = read(path)
+    return None if checkpoint is None else checkpoint["run_identity"]
+
+
+def load(path, identity):
+    """The checkpoint at `path` to resume, or None if there is none; RunError if it is unreadable or another run's."""
+    checkpoint = read(path)
+    if checkpoint is None:
+        return None
+    saved, identity = checkpoint["run_identity"] or {}, identity or {}
+    if saved != identity:
+        differences = ", ".join(
+            f"{key} {saved.get(key)!r} there, {identity.get(key)!r} here"
+            for key in sorted(set(saved) | set(identity))
+            if saved.get(key) != identity.get(key)
+        )
+        raise RunError(
+            f"checkpoint {path} is from a run with other settings ({differences}): "
+            "resume with the same command, or delete it to start over"
+        )
+    return checkpoint
+
+
+def restore(trainer, checkpoint):
+    """Put the model, the optimisation, the progress and the random generators back as state() had them."""
+    t = trainer
+    if checkpoint is None:
+        return
+    t.model.load_state_dict(checkpoint["model"])
+    t.optimizer.load_state_dict(checkpoint["optimizer"])
+    t.scheduler.load_state_dict(checkpoint["scheduler"])
+    t.precision.scaler.load_state_dict(checkpoint["scaler"])
+    t.epoch, t.batches_done, t.step = checkpoint["epoch"], checkpoint["batches_done"], checkpoint["step"]
+    t.epoch_losses = checkpoint["epoch_losses"]
+    t.epoch_loss = torch.full((), checkpoint["epoch_loss_so_far"], device=t.device)
+    t.data_seed = checkpoint["data_seed"]
+    random.setstate(checkpoint["python_random"])
+    # dropout's generators; the skipped batches are replayed from the data's own generators
+    if t.world_size > 1:  # every rank draws its own dropout
+        torch.manual_seed(checkpoint["step"] * t.world_size + t.rank)
+    else:
+        torch.set_rng_state(checkpoint["torch_random"])
+        if checkpoint["cuda_random"] is not None and t.device.type == "cuda":
+            torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
+    if t.rank == 0:
+        logger.warning("resuming from %s after %d steps (%d epochs done)", t.config.checkpoint_path, t.step, t.epoch)

@@ -1,138 +1,211 @@
 """
-The settings of the experiment in one place: the block size, the named recipes (every
-training setting, the handout's by default) and RunConfig, what one pretrain, finetune
-or evaluate run is given (pipeline.py runs it). run.py, the research scripts in
-experiments/ and the tests build their runs from here.
+The settings of the experiment in one place: the block size, Recipe (every training
+setting, the handout's by default) and the named recipes, and RunConfig, what one
+pretrain, finetune or evaluate run is given (pipeline.py runs it). run.py's recipe flags,
+a checkpoint's identity and a params file's facts are all derived from Recipe's fields.
 """
 
 import dataclasses
+import inspect
 import math
+import re
 from typing import Optional
 
 from dataset import longest_shift
-from trainer import DECAY_GROUPS, LR_SCHEDULES, PRECISIONS
+from errors import RunError
 
 BLOCK_SIZE = 128
-BOTTLENECK_DIM = 32  # the perceiver's latent length m: the course's command-line default
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
-LENGTH_GROUPING_POOL = 16  # with group_by_length, pretraining batches per pool of examples grouped by length
 CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA (none on the CPU)
 # the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
 # LayerNorms (ln1, ln2 and the final ln_f), the output head
 FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
 HELD_OUT_SEED = 0  # which documents held_out_fraction holds out, and their span corruptions
+STAGE_DATA = ("corpus", "pairs", "corpus+pairs")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """
+    One stage of pretraining: what it trains on, for how long, at what peak rate, on
+    examples shifted how far. What it leaves None is the recipe's. Each stage starts a
+    fresh optimizer (warmed up again) from the params the stage before left.
+    Written as text (run.py --pretrain_stages) as `corpus+pairs epochs=20 lr=0.0003`.
+    """
+
+    data: str = "corpus+pairs"  # corpus, pairs, or corpus+pairs; the pairs are --mix_corpus_path's
+    epochs: Optional[int] = None  # None: the recipe's pretrain_epochs
+    lr: Optional[float] = None  # the peak learning rate; None: the recipe's pretrain_lr
+    max_shift: Optional[int] = None  # examples start after 0..max_shift pads; None: the recipe's max_shift
+    decay_epochs: Optional[int] = None  # the cosine's half period in epochs; None: the recipe's decay_epochs
+
+    def __str__(self):
+        fields = dataclasses.fields(self)[1:]
+        given = [f"{f.name}={getattr(self, f.name)}" for f in fields if getattr(self, f.name) is not None]
+        return " ".join([self.data, *given])
+
+    @classmethod
+    def parse(cls, text):
+        """A Stage from its text: the data, then NAME=VALUE for the fields it sets."""
+        data, *settings = text.split()
+        kinds = {f.name: int if "int" in str(f.type) else float for f in dataclasses.fields(cls)[1:]}
+        values = {}
+        for setting in settings:
+            name, _, value = setting.partition("=")
+            if name not in kinds:
+                raise RunError(f"stage {text!r}: {name!r} is not one of {', '.join(kinds)}")
+            values[name] = parse_value(kinds[name], value, f"stage {text!r}: {name}")
+        return cls(data, **values)
+
+
+def parse_stages(text):
+    """The stages of run.py's --pretrain_stages: Stage texts separated by ';'."""
+    return tuple(Stage.parse(part) for part in text.split(";") if part.strip())
+
+
+def size(default):
+    """A Recipe field that shapes the params: a params file's facts record it, and a run reading them takes it."""
+    return dataclasses.field(default=default, metadata={"size": True})
+
+
+def nonnegative(default):
+    """A Recipe number that may be 0 (the others must be positive)."""
+    return dataclasses.field(default=default, metadata={"nonnegative": True})
+
+
+def choice(*choices):
+    """A Recipe field that is one of `choices`, the first by default."""
+    return dataclasses.field(default=choices[0], metadata={"choices": choices})
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """
-    Training settings; the defaults are the handout's. Any field can be set from the
-    command line (run.py --dropout 0, --group_by_length, --no-group_by_length) or in
-    code (dataclasses.replace).
+    Every training setting, with the handout's as defaults. run.py has a flag for each
+    field (--dropout 0; a yes/no one as --group_by_length or --no-group_by_length), and
+    code sets them with dataclasses.replace. A new setting is one line here.
 
     The learning rate warms up over warmup_tokens, then follows the course's cosine
     (floored at 10% of its peak, rising again after its half period; trainer.py) whose
-    half period is decay_epochs epochs of the pretraining corpus (block_size tokens per
-    document; of corpus and pairs when pretraining mixes pairs in), in finetuning too.
-
-    With shifted_epochs > 0, pretraining ends with a second stage that goes on from the
-    first stage's params with a fresh optimizer: shifted_epochs epochs at the peak rate
-    shifted_lr (warmed up again, the cosine's half period the stage's length) on examples
-    that start after 0..shifted_max_shift pads. The first stage keys each biography's facts
-    to its name at position 0; the questions ask for them with the name at position 10
-    (docs/cpu-recipe.md).
+    half period is decay_epochs epochs of what the stage trains on (block_size tokens per
+    example); finetuning counts epochs of the pretraining corpus, as the course does.
     """
 
-    pretrain_epochs: int = 650
-    pretrain_batch_size: int = 128
-    pretrain_lr: float = 6e-3
-    finetune_epochs_from_scratch: int = 75
-    finetune_epochs_from_pretrained: int = 10
-    finetune_batch_size: int = 256
-    finetune_lr: float = 6e-4
-    dropout: float = 0.1
-    warmup_tokens: int = 512 * 20
-    decay_epochs: int = 200
-    weight_decay: float = 0.1
-    n_layer: int = 4
-    n_head: int = 8
-    n_embd: int = 256
-    max_shift: int = 0  # pretraining examples start after 0..max_shift pads (not the course's data)
-    shifted_epochs: int = 0  # pretraining's closing stage on shifted examples: none in the handout's
-    shifted_lr: float = 6e-4  # its peak: a tenth of pretrain_lr, the cosine's floor
-    shifted_max_shift: int = 13  # up to the name's position in the questions (10), and a little past
+    n_layer: int = size(4)  # Transformer blocks
+    n_head: int = size(8)  # attention heads per block
+    n_embd: int = size(256)  # width of every block
+    bottleneck_dim: int = size(32)  # the perceiver's latent length m (the handout's commands pass 64)
+    dropout: float = nonnegative(0.1)  # on the embeddings, the attention and the residual paths
+    pretrain_epochs: int = 650  # a stage's epochs, where it gives none
+    pretrain_batch_size: int = 128  # examples per pretraining step
+    pretrain_lr: float = 6e-3  # a stage's peak learning rate, where it gives none
+    max_shift: int = nonnegative(0)  # a stage's examples start after 0..max_shift pads, where it gives none
+    pretrain_stages: tuple = (Stage(),)  # pretraining, stage by stage (Stage; text: stages separated by ';')
+    held_out_fraction: float = nonnegative(0.0)  # pretraining holds this part of the documents out, scored every epoch
+    finetune_epochs_from_scratch: int = 75  # finetuning epochs without pretrained params
+    finetune_epochs_from_pretrained: int = 10  # finetuning epochs from pretrained params
+    finetune_batch_size: int = 256  # examples per finetuning step
+    finetune_lr: float = 6e-4  # finetuning's peak learning rate
+    finetune_lr_from_scratch: Optional[float] = None  # the peak rate without pretrained params (None: finetune_lr)
     finetune_frozen: str = ""  # parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)
-    finetune_lm_weight: float = 0.0  # GPT-1's auxiliary loss: finetuning adds this times the LM loss on the question
-    held_out_fraction: float = 0.0  # pretraining holds this part of the documents out, scoring them every epoch
-    # departures from the course's optimisation (the defaults reproduce it; docs/optimisation.md)
-    decay_groups: str = "course"  # course: decay all but biases and LayerNorm gains; matmul: Linear weights only
-    lr_schedule: str = "course"  # course: the cosine rises again after decay_epochs; clamped: it stays at 10%
-    precision: str = "fp32"  # fp32, tf32 (TF32 matmuls on CUDA), bf16 or fp16 (autocast)
+    finetune_lm_weight: float = nonnegative(0.0)  # GPT-1's auxiliary loss: this times the question's LM loss
+    warmup_tokens: int = nonnegative(512 * 20)  # the learning rate's linear warmup, in training tokens
+    decay_epochs: int = 200  # the cosine's half period, in epochs (where a stage gives none)
+    weight_decay: float = nonnegative(0.1)  # AdamW's, on the parameters decay_groups names
+    decay_groups: str = choice("course", "matmul")  # course: all but the biases; matmul: Linear weights only
+    lr_schedule: str = choice("course", "clamped")  # course: the cosine rises again past its half period; clamped: no
+    precision: str = choice("fp32", "tf32", "bf16", "fp16")  # tf32: TF32 matmuls on CUDA; bf16, fp16: autocast
     group_by_length: bool = False  # pretraining batches from pools grouped by length (other examples share a step)
-    corrupt_by_epoch: bool = False  # draw an epoch's span corruptions at once (same distribution, other draws)
-    # speed switches that change nothing but the time (docs/speed.md)
-    full_padding: bool = False  # train on rows padded to the block size, not batches cut after their last target
-    compile: bool = False  # torch.compile the model for training
-    sequential_decoding: bool = False  # evaluate one question at a time without a KV cache
+    corrupt_by_epoch: bool = False  # pretraining draws an epoch's span corruptions at once (other draws)
+    full_padding: bool = False  # train on rows padded to the block size, not cut after their last target (speed)
+    compile: bool = False  # torch.compile the model for training (speed)
+    sequential_decoding: bool = False  # evaluate one question at a time without a KV cache (speed)
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.type in (int, float) and not (isinstance(value, (int, float)) and math.isfinite(value)):
-                raise ValueError(f"{field.name} must be a finite number, got {value!r}")
-        positive = [f.name for f in dataclasses.fields(self) if f.type in (int, float)]
-        may_be_zero = ("dropout", "weight_decay", "max_shift", "shifted_epochs", "warmup_tokens")
-        may_be_zero += ("finetune_lm_weight", "held_out_fraction")
-        for name in positive:
-            value = getattr(self, name)
-            if value < 0 or (value == 0 and name not in may_be_zero):
-                raise ValueError(f"{name} must be {'at least 0' if name in may_be_zero else 'positive'}, got {value}")
+            if field.type in (int, float) or (field.type == Optional[float] and value is not None):
+                check_number(field.name, value, at_least_zero=field.metadata.get("nonnegative", False))
+            if value not in field.metadata.get("choices", (value,)):
+                raise RunError(f"{field.name} must be one of {', '.join(field.metadata['choices'])}, got {value!r}")
         for name in ("dropout", "held_out_fraction"):
             if getattr(self, name) >= 1:
-                raise ValueError(f"{name} must be below 1, got {getattr(self, name)}")
-        for name in ("max_shift", "shifted_max_shift"):
-            if getattr(self, name) > longest_shift(BLOCK_SIZE):
-                raise ValueError(f"{name} must be at most {longest_shift(BLOCK_SIZE)}, got {getattr(self, name)}")
+                raise RunError(f"{name} must be below 1, got {getattr(self, name)}")
+        if not self.pretrain_stages:
+            raise RunError("pretrain_stages must hold at least one stage")
+        for stage in self.stages():
+            if stage.data not in STAGE_DATA:
+                raise RunError(f"a stage's data must be one of {', '.join(STAGE_DATA)}, got {stage.data!r}")
+            for name in ("epochs", "lr", "decay_epochs"):
+                check_number(f"a stage's {name}", getattr(stage, name))
+            if not 0 <= stage.max_shift <= longest_shift(BLOCK_SIZE):
+                raise RunError(f"max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {stage.max_shift}")
         unknown = set(self.frozen_parts()) - set(FREEZABLE)
         if unknown:
-            raise ValueError(f"finetune_frozen: {', '.join(sorted(unknown))} is not one of {', '.join(FREEZABLE)}")
-        for name, choices in (("decay_groups", DECAY_GROUPS), ("lr_schedule", LR_SCHEDULES), ("precision", PRECISIONS)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+            raise RunError(f"finetune_frozen: {', '.join(sorted(unknown))} is not one of {', '.join(FREEZABLE)}")
+
+    def stages(self):
+        """The pretraining stages with what they leave None filled in from the recipe."""
+        own = dict(epochs=self.pretrain_epochs, lr=self.pretrain_lr, max_shift=self.max_shift)
+        own["decay_epochs"] = self.decay_epochs
+        return [
+            dataclasses.replace(stage, **{k: v for k, v in own.items() if getattr(stage, k) is None})
+            for stage in self.pretrain_stages
+        ]
 
     def frozen_parts(self):
         """The model's parts that finetuning leaves as they are (finetune_frozen's list)."""
         return [part for part in self.finetune_frozen.split(",") if part]
 
-    def final_tokens(self, examples_per_epoch):
-        """The cosine's half period in tokens: decay_epochs epochs of block_size tokens per example."""
-        return self.decay_epochs * examples_per_epoch * BLOCK_SIZE
+    def sizes(self, variant):
+        """The model's sizes as a params file's facts record them (bottleneck_dim for the perceiver only)."""
+        sizes = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("size")}
+        if variant != "perceiver":
+            del sizes["bottleneck_dim"]
+        return sizes
 
-    def with_settings(self, settings):
-        """
-        This recipe with `settings`, [(name, text)] as the command line gives them
-        (run.py --dropout 0), put in; ValueError naming the setting when a name or value is wrong.
-        """
-        fields = {f.name: f.type for f in dataclasses.fields(self)}
-        changes = {}
-        for name, text in settings:
-            if name not in fields:
-                raise ValueError(f"--{name}: not a setting of a recipe ({', '.join(fields)})")
-            changes[name] = parse_value(fields[name], text, f"--{name} {text}")
-        try:
-            return dataclasses.replace(self, **changes)
-        except ValueError as e:
-            raise ValueError(f"--{e}") from None
+    def check_model(self, variant):
+        """RunError where the sizes do not make a model of the variant."""
+        if self.n_embd % self.n_head:
+            raise RunError(f"--n_embd {self.n_embd} must be a multiple of --n_head {self.n_head}")
+        if variant == "rope" and self.n_embd // self.n_head % 2:
+            raise RunError(
+                f"rope rotates pairs of dimensions: --n_embd {self.n_embd} / --n_head {self.n_head} "
+                "must be an even head dimension"
+            )
+        if variant == "perceiver" and self.n_layer < 2:
+            raise RunError("the perceiver needs --n_layer 2 or more (a down- and an up-projection block)")
+        if variant == "perceiver" and self.bottleneck_dim > BLOCK_SIZE:
+            raise RunError(
+                f"--bottleneck_dim {self.bottleneck_dim} is more than the block size {BLOCK_SIZE}: "
+                "the perceiver's latents cannot outnumber the positions"
+            )
+
+
+def check_number(name, value, at_least_zero=False):
+    if not (isinstance(value, (int, float)) and math.isfinite(value)):
+        raise RunError(f"{name} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not at_least_zero):
+        raise RunError(f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}")
 
 
 def parse_value(kind, text, where):
-    """`text` as a value of the type `kind` (int, float, bool or str)."""
+    """`text` as a value of the type `kind` (int, float, str, or the stages' tuple)."""
+    if kind is tuple:
+        return parse_stages(text)
     try:
-        if kind is bool:
-            return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}[text.lower()]
         return kind(text)
-    except (KeyError, ValueError):
-        raise ValueError(f"{where}: {text!r} is not a{'n' if kind is int else ''} {kind.__name__}") from None
+    except ValueError:
+        raise RunError(f"{where}: {text!r} is not a{'n' if kind is int else ''} {kind.__name__}") from None
+
+
+def field_comments(cls):
+    """{field: its one-line comment} from the class's source: the --help of run.py's recipe flags."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    return dict(re.findall(r"^    (\w+): [^\n=]+=[^\n#]*#\s*([^\n]+)$", source, re.M))
 
 
 HANDOUT = Recipe()
@@ -140,32 +213,48 @@ RECIPES = {
     "handout": HANDOUT,
     # A CPU schedule (docs/cpu-recipe.md): a narrower model, small grouped batches and no dropout,
     # decayed over its 420 epochs (about an hour and a half of pretraining on 2 cores), then 20
-    # epochs of shifted examples at a tenth of the peak rate (about 5 minutes), and a gentler
-    # finetuning than the handout's (lr 2e-4): 20.2% of dev for vanilla with seed 0, 16.4% with seed 1.
+    # epochs of examples shifted by 0..13 pads at a tenth of the peak rate (about 5 minutes; the
+    # questions put the name at position 10), and a gentler finetuning than the handout's (lr
+    # 2e-4): 20.2% of dev for vanilla with seed 0, 16.4% with seed 1.
     "cpu": dataclasses.replace(
         HANDOUT,
+        n_head=4,
+        n_embd=128,
+        dropout=0.0,
         pretrain_epochs=420,
         pretrain_batch_size=32,
         pretrain_lr=3e-3,
-        dropout=0.0,
+        pretrain_stages=(Stage(), Stage(epochs=20, lr=3e-4, max_shift=13, decay_epochs=20)),
+        finetune_lr=2e-4,
         warmup_tokens=127 * 2937,  # one epoch of wiki.txt
         decay_epochs=420,
         group_by_length=True,
-        shifted_epochs=20,
-        shifted_lr=3e-4,
-        finetune_lr=2e-4,
+    ),
+    # The demo world's (run.sh demo, docs/demo.md; with the rope variant): a 4-layer model
+    # pretrained on the biographies with the training people's questions mixed in
+    # (--mix_corpus_path), finetuned gently on those questions.
+    "demo": dataclasses.replace(
+        HANDOUT,
         n_head=4,
         n_embd=128,
+        dropout=0.0,
+        pretrain_epochs=150,
+        pretrain_batch_size=32,
+        pretrain_lr=3e-3,
+        finetune_batch_size=32,
+        finetune_lr=3e-5,
+        finetune_lr_from_scratch=1e-3,
     ),
 }
+DEMO_VARIANT = "rope"
 
 
 @dataclasses.dataclass
 class RunConfig:
     """
     One pretrain, finetune or evaluate run: its inputs and outputs, the recipe, and the
-    run's controls. Model sizes left None are the params' own (from their facts) or the
-    recipe's; epochs and batch size left None are the recipe's for the function.
+    run's controls. `given` names the recipe's sizes the command line set: they win over
+    the params' facts (resolve_recipe).
     """
 
     function: str  # "pretrain", "finetune" or "evaluate"
@@ -176,16 +265,11 @@ class RunConfig:
     finetune_corpus_path: Optional[str] = None
     eval_corpus_path: Optional[str] = None
     outputs_path: Optional[str] = None
-    details_path: Optional[str] = None  # evaluate: a line of JSON per answer with its confidence (pipeline.evaluate)
-    mix_corpus_path: Optional[str] = None  # pretrain: question<TAB>place pairs mixed into every epoch
+    details_path: Optional[str] = None  # evaluate: a line of JSON per answer with its confidence
+    mix_corpus_path: Optional[str] = None  # pretrain: question<TAB>place pairs, the stages' "pairs"
     recipe: Recipe = HANDOUT
     recipe_name: str = "handout"
-    n_layer: Optional[int] = None
-    n_head: Optional[int] = None
-    n_embd: Optional[int] = None
-    bottleneck_dim: Optional[int] = None
-    max_epochs: Optional[int] = None
-    batch_size: Optional[int] = None
+    given: frozenset = frozenset()  # the recipe fields the command line set
     seed: int = 0
     device: str = "auto"
     num_workers: Optional[int] = None  # DataLoader workers (None: CUDA_NUM_WORKERS with CUDA, else 0)
@@ -196,16 +280,31 @@ class RunConfig:
     tensorboard_root: str = "expt"  # relative to the working directory
     command: str = ""  # the command line, recorded in the params' facts
 
-    INPUTS = (
-        "pretrain_corpus_path",
-        "reading_params_path",
-        "finetune_corpus_path",
-        "eval_corpus_path",
-        "mix_corpus_path",
-    )
+    INPUTS = ("pretrain_corpus_path", "reading_params_path", "finetune_corpus_path", "eval_corpus_path")
+    INPUTS += ("mix_corpus_path",)
     OUTPUTS = ("writing_params_path", "outputs_path", "details_path")
     REQUIRED = {
         "pretrain": ("writing_params_path",),
         "finetune": ("writing_params_path", "finetune_corpus_path"),
         "evaluate": ("reading_params_path", "eval_corpus_path", "outputs_path"),
     }
+
+
+def resolve_recipe(cfg, facts):
+    """
+    The run's recipe. A model size comes from, in this order: the command line (cfg.given),
+    the facts of the params read (`facts`, None without them), the recipe. A size the command
+    line gives that the facts contradict is refused; so are sizes that make no model of the variant.
+    """
+    recipe = cfg.recipe
+    for name, trained in (facts or {}).items():
+        if name not in recipe.sizes("perceiver"):
+            continue
+        if name in cfg.given and getattr(recipe, name) != trained:
+            raise RunError(
+                f"params file {cfg.reading_params_path} was trained with --{name} {trained} "
+                f"(its {cfg.reading_params_path}.json says so), not {getattr(recipe, name)}: leave --{name} out"
+            )
+        recipe = dataclasses.replace(recipe, **{name: trained})
+    recipe.check_model(cfg.variant)
+    return recipe

@@ -157,30 +157,28 @@ def answer_of(completion, logprobs=None):
     )
 
 
-def predict_answers(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
+def predict_answers(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False, scored=True):
     """
-    predict_places' answers as Answers, scored in the same decoding (with sequential=True,
-    by one more forward pass per question after `sample`).
+    Answer "Where was X born?" questions with greedy decoding: an Answer per question.
+
+    Each question is followed by MASK; the answer is the text the model writes between
+    that MASK and the next one (everything written if it never closes it), up to a line
+    break if it writes one: the vocabulary holds the corpus's newline, and a place never
+    contains one, so every answer fits on one line of a predictions file. The cached
+    decoding scores the answers as it writes them; with sequential=True, scoring costs
+    one more forward pass per question after `sample` (scored=False leaves it out).
     """
     prompts = [question + MASK_CHAR for question in questions]
     completions = greedy_completions(
-        model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential, scored=True
+        model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential, scored=scored
     )
-    return [answer_of(text, logprobs) for text, logprobs in completions]
+    return [answer_of(*completion) if scored else answer_of(completion) for completion in completions]
 
 
 def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
-    """
-    Answer "Where was X born?" questions with greedy decoding.
-
-    Each question is followed by MASK; the answer is the text the model writes
-    between that MASK and the next one (everything written if it never closes it),
-    up to a line break if it writes one: the vocabulary holds the corpus's newline,
-    and a place never contains one, so every answer fits on one line of a predictions file.
-    """
-    prompts = [question + MASK_CHAR for question in questions]
-    completions = greedy_completions(model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential)
-    return [answer_of(text).text for text in completions]
+    """The texts of predict_answers' answers."""
+    answers = predict_answers(model, questions, stoi, itos, device, steps, batch_size, sequential, scored=False)
+    return [answer.text for answer in answers]
 
 
 def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_char=None):

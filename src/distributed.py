@@ -1,6 +1,12 @@
-"""Devices and processes: which device to use, this process's rank, torchrun's process group, gathering results."""
+"""
+Devices and processes: which device to use, this process's rank, torchrun's process group,
+gathering results, and the stop signals a training finishes its step on.
+"""
 
+import contextlib
 import os
+import signal
+import threading
 
 import torch
 import torch.distributed as dist
@@ -64,3 +70,29 @@ def gather_interleaved(items, total):
     shares = [None] * world_size
     dist.all_gather_object(shares, items)
     return [shares[i % world_size][i // world_size] for i in range(total)]
+
+
+@contextlib.contextmanager
+def stop_signals_caught(enabled):
+    """
+    Yields a list that SIGINT or SIGTERM append their number to, so that the loop can stop
+    after the step in progress; a second signal interrupts at once. Only where `enabled`
+    (a checkpoint to write, one process: DDP's ranks would not agree on the step) and on
+    the main thread.
+    """
+    caught = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+
+    def handler(signum, frame):
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)

@@ -5,6 +5,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from errors import RunError, short_reason
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -22,12 +24,6 @@ def resolve_data_path(path):
     return path
 
 
-def short_reason(error):
-    """An exception's message cut to its first sentence, for one-line error reports."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return text.split(". ")[0]
-
-
 def new_file_mode():
     """The mode open() gives a new file under the process's umask (0o644 under the common 0o022)."""
     umask = os.umask(0)
@@ -39,17 +35,24 @@ def atomic_write(path, write):
     """
     Call write(file object) on a temporary file beside `path`, then rename it to `path`;
     the file gets the mode of a newly created one (mkstemp's 0o600 would hide it from others).
+    A write that fails (a full disk, a folder that refuses files) leaves `path` as it was
+    and raises RunError naming the file and the reason.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.chmod(tmp, new_file_mode())
         with os.fdopen(fd, "wb") as f:
             write(f)
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(e, OSError) or isinstance(e.__cause__, OSError) or "No space left" in str(e):
+            raise RunError(f"cannot write {path}: {short_reason(e.__cause__ or e)}") from None
         raise
 
 

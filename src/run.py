@@ -4,7 +4,9 @@ The command line of the assignment:
     python src/run.py {pretrain,finetune,evaluate} {vanilla,perceiver,synthesizer,rope} PRETRAIN_CORPUS_PATH [flags]
 
 pretrain: span-corruption pretraining on the corpus (going on from --reading_params_path
-          if given), saved to --writing_params_path.
+          if given), stage after stage of the recipe's pretrain_stages, with the
+          question<TAB>place pairs of --mix_corpus_path where a stage trains on
+          pairs; saved to --writing_params_path.
 finetune: birthplace finetuning on --finetune_corpus_path, from scratch or from
           --reading_params_path, saved to --writing_params_path.
 evaluate: greedy answers for --eval_corpus_path, written to --outputs_path, scored
@@ -12,8 +14,8 @@ evaluate: greedy answers for --eval_corpus_path, written to --outputs_path, scor
 The vocabulary always comes from the pretraining corpus, so all three agree.
 
 Training follows --recipe (the handout's by default; src/config.py). Any field of a
-recipe can be set as a flag: --dropout 0, --decay_epochs 420, --group_by_length,
---no-group_by_length, --precision bf16 (the list: --help's end).
+recipe is a flag: --dropout 0, --pretrain_epochs 420, --group_by_length,
+--no-group_by_length, --precision bf16 (--help lists them with every recipe's values).
 
 pretrain and finetune keep a resumable checkpoint at <writing_params_path>.ckpt
 (after every epoch, and every --checkpoint_minutes); --resume continues from it.

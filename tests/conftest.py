@@ -20,7 +20,7 @@ RUNS_DIR = Path(tempfile.mkdtemp(prefix="tests-runs-"))
 atexit.register(shutil.rmtree, RUNS_DIR, ignore_errors=True)
 
 # Model sizes and settings for command lines that must run in seconds on a CPU.
-CPU_FLAGS = ["--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
+CPU_FLAGS = ["--pretrain_batch_size", "16", "--finetune_batch_size", "16", "--num_workers", "0", "--device", "cpu"]
 SMALL = ["--n_layer", "3", "--n_head", "2", "--n_embd", "32", "--bottleneck_dim", "16", *CPU_FLAGS]
 TINY = ["--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--bottleneck_dim", "8", *CPU_FLAGS]
 

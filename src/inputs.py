@@ -1,0 +1,149 @@
+"""
+A run's inputs and their checks: the corpus (whose characters are the vocabulary), the
+question<TAB>place files, the paths a function needs, the outputs it may write, and the
+held-out part of the corpus. Every problem is a RunError whose message is one line.
+"""
+
+import logging
+import os
+import tempfile
+
+import torch
+
+from config import BLOCK_SIZE, HELD_OUT_SEED
+from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
+from distributed import launch_rank
+from errors import RunError
+from files import resolve_data_path
+from model import VARIANTS
+
+logger = logging.getLogger(__name__)
+
+
+def read_text(path, what):
+    """The text of the file at `path` (found in data/ too), which must not be empty."""
+    path = resolve_data_path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunError(f"cannot read {what} {path}: {e}") from None
+    if not text.strip():
+        raise RunError(f"{what} {path} is empty")
+    return text
+
+
+def read_pairs(path, what, parse=read_questions):
+    """parse(text) of the question<TAB>place file at `path`; its ValueError becomes one line naming the file."""
+    try:
+        return parse(read_text(path, what))
+    except ValueError as e:
+        raise RunError(f"{resolve_data_path(path)}: {e}") from None
+
+
+def load_corpus(path, max_shift=0):
+    """The pretraining corpus at `path` as span-corruption examples; its characters are the vocabulary."""
+    try:
+        return CharCorruptionDataset(read_text(path, "pretraining corpus"), BLOCK_SIZE, max_shift)
+    except ValueError as e:
+        raise RunError(f"pretraining corpus {resolve_data_path(path)}: {e}") from None
+
+
+def report_dropped(count, what):
+    if count and launch_rank() == 0:
+        logger.warning("dropped %d character(s) outside the pretraining vocabulary from the %s", count, what)
+
+
+def load_pairs(corpus, path, what):
+    """The question<TAB>place pairs at `path` as finetuning examples over the corpus's vocabulary."""
+    pairs = read_pairs(path, what, lambda text: NameDataset(corpus, text))
+    report_dropped(pairs.dropped_characters, what)
+    return pairs
+
+
+def encodable_questions(corpus, questions, what="questions"):
+    """The questions with the characters outside the corpus's vocabulary dropped (and reported)."""
+    kept, dropped = [], 0
+    for question in questions:
+        question, n = known_characters(question, corpus.stoi)
+        kept.append(question)
+        dropped += n
+    report_dropped(dropped, what)
+    return kept
+
+
+def vocabulary(corpus):
+    """The corpus's characters in id order (the pad and mask, ids 0 and 1, left out)."""
+    return "".join(corpus.itos[i] for i in range(2, corpus.vocab_size))
+
+
+def check_config(cfg):
+    """What can be said wrong before anything is read: the function's paths, their sense, the stages' data."""
+    if cfg.function not in cfg.REQUIRED:
+        raise RunError(f"function must be pretrain, finetune or evaluate, got {cfg.function!r}")
+    if cfg.variant not in VARIANTS:
+        raise RunError(f"variant must be one of {', '.join(VARIANTS)}, got {cfg.variant!r}")
+    missing = [f"--{name}" for name in cfg.REQUIRED[cfg.function] if not getattr(cfg, name)]
+    if missing:
+        raise RunError(f"{cfg.function} needs {' and '.join(missing)}")
+    if cfg.mix_corpus_path and cfg.function != "pretrain":
+        raise RunError("mixed pairs (--mix_corpus_path) are for pretrain")
+    if cfg.function == "pretrain":
+        check_stages(cfg)
+    inputs = {os.path.realpath(resolve_data_path(getattr(cfg, n))): n for n in cfg.INPUTS if getattr(cfg, n)}
+    outputs = [os.path.realpath(getattr(cfg, n)) for n in cfg.OUTPUTS if getattr(cfg, n)]
+    if len(set(outputs)) < len(outputs):
+        raise RunError(f"two outputs are one file ({', '.join(cfg.OUTPUTS)} must differ)")
+    for name in cfg.OUTPUTS:
+        path = getattr(cfg, name)
+        if path and os.path.realpath(path) in inputs:
+            raise RunError(
+                f"--{name} {path} is also the --{inputs[os.path.realpath(path)]}: an output never replaces an input"
+            )
+        if path:
+            check_writable(path, "--" + name)
+
+
+def check_stages(cfg):
+    """Every stage has its data: the pairs need --mix_corpus_path; corrupt_by_epoch draws span corruptions only."""
+    stages = cfg.recipe.stages()
+    if cfg.mix_corpus_path and not any("pairs" in stage.data for stage in stages):
+        raise RunError("--mix_corpus_path: no pretraining stage trains on the pairs (see --pretrain_stages)")
+    for number, stage in enumerate(stages, 1):
+        if stage.data == "pairs" and not cfg.mix_corpus_path:
+            raise RunError(f"pretraining stage {number} trains on the pairs alone: give --mix_corpus_path")
+        if cfg.recipe.corrupt_by_epoch and cfg.mix_corpus_path and "pairs" in stage.data:
+            raise RunError("corrupt_by_epoch draws span corruptions only: it cannot be combined with mixed pairs")
+
+
+def check_writable(path, what):
+    """Fail now, not after hours of training, if `path` cannot be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise RunError(f"{what} {path} is a directory")
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise RunError(f"{what} {path} cannot be written: {existing} is not a folder")
+    try:  # os.access can say yes where writing fails (a read-only mount, /proc, some network folders)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise RunError(f"{what} {path} cannot be written: {existing} refuses new files ({e.strerror})") from None
+
+
+def held_out_split(corpus, fraction, path):
+    """
+    (the documents trained on, the held-out ones) of the corpus: round(fraction * documents)
+    of them, at least one, chosen with HELD_OUT_SEED, so the same for every run and stage;
+    the held-out ones in the course's layout (no shift).
+    """
+    if len(corpus) < 2:
+        raise RunError(f"--held_out_fraction needs a corpus of 2 documents or more; {path} has {len(corpus)}")
+    count = min(len(corpus) - 1, max(1, round(fraction * len(corpus))))
+    order = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
+    held_out = set(order[:count])
+    kept = [document for i, document in enumerate(corpus.data) if i not in held_out]
+    held = [corpus.data[i] for i in sorted(held_out)]
+    return corpus.with_documents(kept, corpus.max_shift), corpus.with_documents(held)

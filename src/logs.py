@@ -1,0 +1,116 @@
+"""
+What a training reports as it goes: its TensorBoard log, and the epoch hooks (what an
+on_epoch_end hook is given, their timing, and the held-out loss of every epoch).
+"""
+
+import dataclasses
+import logging
+import os
+import time
+from typing import Callable, Optional
+
+import torch
+
+from config import HELD_OUT_SEED
+from dataset import CharCorruptionDataset
+from distributed import rank_and_world_size
+from model import GPT
+from perplexity import bits_per_character, corruption_loss
+
+logger = logging.getLogger(__name__)
+
+
+class TensorBoardLog:
+    """
+    A SummaryWriter of its own for this run (the course's folder name, then the start time
+    and process id) that never stops the training: if its folder goes away or cannot be
+    written, it says so once and logs nothing more.
+    """
+
+    def __init__(self, cfg, name_suffix=""):
+        from torch.utils.tensorboard import SummaryWriter
+
+        r = cfg.recipe
+        m = r.bottleneck_dim
+        self.log_dir = (
+            f"{cfg.tensorboard_root}/{cfg.function}/{cfg.tb_expt_name}{name_suffix}_{cfg.variant}_{m}"
+            f"_pt_lr_{r.pretrain_lr}_ft_lr_{r.finetune_lr}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
+        )
+        self.writer = SummaryWriter(log_dir=self.log_dir)
+
+    def call(self, method, *args):
+        if self.writer is None:
+            return
+        try:
+            if not os.path.isdir(self.log_dir):  # checked first: the writer's thread would die on it with a traceback
+                raise FileNotFoundError(f"{self.log_dir} was removed")
+            getattr(self.writer, method)(*args)
+        except Exception as e:  # a full disk, the folder removed: the training matters more than its log
+            logger.warning("TensorBoard log %s stopped (%s); training goes on without it", self.log_dir, e)
+            self.writer = None
+
+    def add_scalar(self, *args):
+        self.call("add_scalar", *args)
+
+    def close(self):
+        self.call("close")
+
+
+@dataclasses.dataclass
+class EpochEnd:
+    """What an on_epoch_end hook is given, on rank 0 after every epoch."""
+
+    epoch: int  # epochs done, counted on over pretraining's stages
+    model: GPT
+    corpus: CharCorruptionDataset  # the pretraining corpus (its vocabulary, its documents)
+    device: torch.device
+    writer: Optional[TensorBoardLog]
+    params_path: str  # where the run writes its params
+    facts: dict  # what the params are
+    training_seconds: float  # spent training so far, the hooks' own time left out
+
+
+Hook = Callable[[EpochEnd], None]
+
+
+class EpochHooks:
+    """
+    The trainer's epoch_end: the hooks on rank 0, given an EpochEnd whose epochs and
+    seconds count on from the earlier stages' (epochs_before, seconds_before), timed so
+    that training_seconds leaves the hooks' own time out.
+    """
+
+    def __init__(self, hooks, make_end, epochs_before=0, seconds_before=0.0):
+        self.hooks, self.make_end = list(hooks), make_end
+        self.epochs_before, self.seconds_before = epochs_before, seconds_before
+        self.start, self.hook_seconds = time.monotonic(), 0.0
+
+    def training_seconds(self):
+        return self.seconds_before + time.monotonic() - self.start - self.hook_seconds
+
+    def __call__(self, epochs_done):
+        if not self.hooks or rank_and_world_size()[0] != 0:
+            return
+        hooks_start = time.monotonic()
+        end = self.make_end(self.epochs_before + epochs_done, self.training_seconds())
+        for hook in self.hooks:
+            hook(end)
+        self.hook_seconds += time.monotonic() - hooks_start
+
+
+class HeldOutLoss:
+    """
+    An epoch hook: the held-out documents' span-corruption loss (perplexity.corruption_loss,
+    the same examples every epoch), logged and written to TensorBoard by epoch.
+    """
+
+    def __init__(self, documents):
+        self.documents = documents
+
+    def __call__(self, end: EpochEnd):
+        nats, targets = corruption_loss(end.model, self.documents, end.device, HELD_OUT_SEED)
+        loss, bits = nats / max(1, targets), bits_per_character(nats, targets)
+        logger.info("epoch %d: held-out loss %.4f, %.3f bits per character", end.epoch, loss, bits)
+        if end.writer is not None:
+            end.writer.add_scalar("held_out/loss_by_epoch", loss, end.epoch)
+            end.writer.add_scalar("held_out/bits_per_character_by_epoch", bits, end.epoch)

@@ -1,0 +1,27 @@
+"""
+python src/recall.py VARIANT PRETRAIN_CORPUS_PATH --reading_params_path PARAMS --eval_corpus_path PAIRS
+
+How many of the held-out people's birthplaces the pretrained params have stored: for
+each person in PAIRS (question<TAB>place) whose biography in the corpus names the
+birthplace, the model continues the biography from just before the place, and a
+completion that starts with the place counts (decoding.birthplace_recall). Prints
+"Recalled: X out of Y: Z%", Y being the people who could be probed.
+"""
+
+import sys
+
+import pipeline
+from arguments import exit_status, params_parser, reading_config
+from evaluation import recall_line
+
+
+def main(argv=None):
+    parser = params_parser(__doc__, "the pretrained params to probe", prog="recall.py")
+    parser.add_argument("--eval_corpus_path", required=True, help="held-out question<TAB>place pairs")
+    args = parser.parse_args(argv)
+    cfg = reading_config(args, eval_corpus_path=args.eval_corpus_path)
+    return exit_status("recall.py", lambda: print(recall_line(*pipeline.recall(cfg))))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
