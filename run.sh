@@ -8,7 +8,7 @@
 #                                 without one, the cpu recipe (420 epochs of a 128-wide model at
 #                                 batch 32, then 20 on shifted examples: about 1 h 40 min per
 #                                 pretraining on 2 cores; docs/cpu-recipe.md)
-#   ./run.sh --max_epochs 1 ...   any run.py overrides, passed to every training and evaluation
+#   ./run.sh --pretrain_epochs 1 ...   any run.py flags, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)
 #
 #   ./run.sh demo                 no data and no GPU needed: the experiment on a generated world (docs/demo.md)

@@ -51,9 +51,17 @@ def atomic_write(path, write):
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        if isinstance(e, OSError) or isinstance(e.__cause__, OSError) or "No space left" in str(e):
-            raise RunError(f"cannot write {path}: {short_reason(e.__cause__ or e)}") from None
-        raise
+        failed = os_error_in(e)
+        if failed is None:
+            raise
+        raise RunError(f"cannot write {path}: {failed.strerror or short_reason(failed)}") from None
+
+
+def os_error_in(error):
+    """The OSError that an exception is or arose from (torch.save wraps a full disk's in a RuntimeError), or None."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 class PathInUse(Exception):
