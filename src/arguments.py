@@ -44,13 +44,16 @@ def positive_float(text):
     return value
 
 
+METAVARS = {int: "N", str: "TEXT", tuple: "STAGES"}  # and X for a number that may have decimals
+
+
 def recipe_type(field):
     """argparse's type for a Recipe field: its values parsed as config.parse_value does, errors in one line."""
     kind = float if "float" in str(field.type) else field.type
 
     def parse(text):
         try:
-            return parse_value(kind, text, f"--{field.name}")
+            return parse_value(kind, text)
         except RunError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -66,9 +69,10 @@ def add_recipe_flags(parser):
         kwargs = dict(default=argparse.SUPPRESS, help=comments.get(field.name))
         if field.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
+        elif "choices" in field.metadata:
+            kwargs["choices"] = field.metadata["choices"]
         else:
-            kwargs.update(type=recipe_type(field), metavar=field.name.split("_")[-1].upper())
-            kwargs["choices"] = field.metadata.get("choices")
+            kwargs.update(type=recipe_type(field), metavar=METAVARS.get(field.type, "X"))
         group.add_argument(f"--{field.name}", **kwargs)
 
 

@@ -115,7 +115,7 @@ def rank_rows(x, y, rank, world_size):
     """
     if world_size == 1:
         return x, y, True
-    rows = torch.arange(rank, len(y), world_size)
+    rows = torch.arange(len(y))[rank::world_size]
     if len(rows) == 0:
         return x[:1], y[:1], False
     return x[rows], y[rows], True

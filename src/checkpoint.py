@@ -11,6 +11,7 @@ another identity is refused in one line.
 """
 
 import logging
+import os
 import random
 
 import torch
@@ -48,10 +49,11 @@ def state(trainer):
 
 def save(path, checkpoint):
     """Write a checkpoint atomically: a failed write (a full disk) leaves the last one as it was."""
-    try:
-        atomic_write(path, lambda f: torch.save(checkpoint, f))
-    except RunError as e:
-        raise RunError(f"{e}; the last checkpoint is kept, and --resume goes on from it") from None
+    if os.path.exists(path):
+        then = "; the last checkpoint is kept, and --resume goes on from it"
+    else:
+        then = "; no checkpoint was written: make room and run the command again"
+    atomic_write(path, lambda f: torch.save(checkpoint, f), on_failure=then)
 
 
 def read(path):

@@ -133,13 +133,14 @@ class Recipe:
                 raise RunError(f"{name} must be below 1, got {getattr(self, name)}")
         if not self.pretrain_stages:
             raise RunError("pretrain_stages must hold at least one stage")
-        for stage in self.stages():
+        for number, stage in enumerate(self.stages(), 1):
+            where = f"pretraining stage {number} ({stage})"
             if stage.data not in STAGE_DATA:
-                raise RunError(f"a stage's data must be one of {', '.join(STAGE_DATA)}, got {stage.data!r}")
+                raise RunError(f"{where}: its data must be one of {', '.join(STAGE_DATA)}, got {stage.data!r}")
             for name in ("epochs", "lr", "decay_epochs"):
-                check_number(f"a stage's {name}", getattr(stage, name))
+                check_number(f"{where}: {name}", getattr(stage, name))
             if not 0 <= stage.max_shift <= longest_shift(BLOCK_SIZE):
-                raise RunError(f"max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {stage.max_shift}")
+                raise RunError(f"{where}: max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {stage.max_shift}")
         unknown = set(self.frozen_parts()) - set(FREEZABLE)
         if unknown:
             raise RunError(f"finetune_frozen: {', '.join(sorted(unknown))} is not one of {', '.join(FREEZABLE)}")
@@ -189,14 +190,15 @@ def check_number(name, value, at_least_zero=False):
         raise RunError(f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}")
 
 
-def parse_value(kind, text, where):
-    """`text` as a value of the type `kind` (int, float, str, or the stages' tuple)."""
+def parse_value(kind, text, where=""):
+    """`text` as a value of the type `kind` (int, float, str, or the stages' tuple); `where` starts the error."""
     if kind is tuple:
         return parse_stages(text)
     try:
         return kind(text)
     except ValueError:
-        raise RunError(f"{where}: {text!r} is not a{'n' if kind is int else ''} {kind.__name__}") from None
+        what = f"{text!r} is not a{'n' if kind is int else ''} {kind.__name__}"
+        raise RunError(f"{where}: {what}" if where else what) from None
 
 
 def field_comments(cls):

@@ -31,12 +31,12 @@ def new_file_mode():
     return 0o666 & ~umask
 
 
-def atomic_write(path, write):
+def atomic_write(path, write, on_failure=""):
     """
     Call write(file object) on a temporary file beside `path`, then rename it to `path`;
     the file gets the mode of a newly created one (mkstemp's 0o600 would hide it from others).
     A write that fails (a full disk, a folder that refuses files) leaves `path` as it was
-    and raises RunError naming the file and the reason.
+    and raises RunError naming the file and the reason, then `on_failure` (what the user can do).
     """
     path = Path(path)
     tmp = None
@@ -54,7 +54,7 @@ def atomic_write(path, write):
         failed = os_error_in(e)
         if failed is None:
             raise
-        raise RunError(f"cannot write {path}: {failed.strerror or short_reason(failed)}") from None
+        raise RunError(f"cannot write {path}: {failed.strerror or short_reason(failed)}{on_failure}") from None
 
 
 def os_error_in(error):

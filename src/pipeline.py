@@ -133,10 +133,11 @@ def params_facts(cfg, corpus):
 
 
 def run_identity(cfg, dataset, vocab_size, stage=1):
-    """What a checkpoint belongs to: the whole recipe, the function, variant and seed, the data and the stage."""
+    """What a checkpoint belongs to: the whole recipe, the function, variant and seed, the inputs and the stage."""
     recipe = dataclasses.asdict(cfg.recipe) | dict(pretrain_stages="; ".join(map(str, cfg.recipe.pretrain_stages)))
     run = dict(function=cfg.function, variant=cfg.variant, seed=cfg.seed, stage=stage)
-    return json.loads(json.dumps(recipe | run | dict(examples=len(dataset), vocab_size=vocab_size)))
+    inputs = {name: getattr(cfg, name) for name in cfg.INPUTS} | dict(examples=len(dataset), vocab_size=vocab_size)
+    return json.loads(json.dumps(recipe | run | inputs))
 
 
 def trainer_config(cfg, device, epochs, batch_size, learning_rate, final_tokens, pretraining, **more):

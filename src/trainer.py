@@ -249,10 +249,14 @@ class Trainer:
 
     def train(self):
         """Run the epochs from the start, or from the checkpoint when resuming."""
-        with stop_signals_caught(self.config.checkpoint_path and self.world_size == 1) as caught:
-            while self.epoch < self.config.max_epochs:
-                self.run_epoch(caught)
-        self.bar.close()
+        try:
+            with stop_signals_caught(self.config.checkpoint_path and self.world_size == 1) as caught:
+                while self.epoch < self.config.max_epochs:
+                    self.run_epoch(caught)
+                if caught:  # a signal at the last epoch's end, after its checkpoint
+                    raise TrainingInterrupted(caught[0], self.step, self.config.checkpoint_path)
+        finally:
+            self.bar.close()  # before any error is said, so that it gets a line of its own
 
     def run_epoch(self, caught):
         """
@@ -283,7 +287,6 @@ class Trainer:
                 self.read_back(self.epoch_loss)
                 self.save_checkpoint()
             if caught:
-                self.bar.close()
                 raise TrainingInterrupted(caught[0], self.step, c.checkpoint_path)
         self.epoch_losses.append(self.read_back(self.epoch_loss) / len(self.batches))
         self.bar.set_description(f"epoch {epoch + 1}/{c.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")

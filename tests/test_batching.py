@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from batching import micro_batches, rank_rows, real_lengths
+from batching import forward_passes, rank_rows, real_lengths
 
 
 def padded_batch(lengths, width=12, seed=0):
@@ -13,7 +13,13 @@ def padded_batch(lengths, width=12, seed=0):
     for row, n in enumerate(lengths):
         y[row, :n] = torch.randint(1, 10, (n,), generator=generator)
     x = torch.randint(1, 10, y.shape, generator=generator)
+    x[:, 0] = 10 + torch.arange(len(lengths))  # which row of the batch: 10 + its index
     return x, y
+
+
+def rows_of(xp):
+    """The batch's indices of the rows of a pass (padded_batch's x marks them)."""
+    return (xp[:, 0] - 10).tolist()
 
 
 def test_real_lengths_count_to_the_last_real_target():
@@ -21,34 +27,52 @@ def test_real_lengths_count_to_the_last_real_target():
     assert real_lengths(y).tolist() == [3, 0, 4]
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 8])
-def test_micro_batches_hold_every_real_target_once_with_shares_of_the_mean(size):
+@pytest.mark.parametrize("size", [None, 1, 2, 3, 8])
+def test_forward_passes_hold_every_real_target_once_each_cut_after_its_last(size):
     x, y = padded_batch([5, 1, 12, 0, 7, 3, 9])
-    passes = micro_batches(x, y, size)
-    assert sum(share for _, _, share in passes) == pytest.approx(1.0)
-    assert sum(int((yp != 0).sum()) for _, yp, _ in passes) == int((y != 0).sum())
-    for xp, yp, share in passes:
+    passes = forward_passes(x, y, size)
+    assert sum(int((yp != 0).sum()) for _, yp in passes) == int((y != 0).sum())
+    rows = [i for xp, _ in passes for i in rows_of(xp)]
+    assert len(rows) == len(set(rows))  # no row twice ...
+    assert {i for i in range(len(y)) if y[i].any()} <= set(rows)  # ... and every row with a target once
+    for xp, yp in passes:
         assert xp.shape == yp.shape and yp.size(1) == int(real_lengths(yp).max())  # cut after the last target
-        assert share == pytest.approx(int((yp != 0).sum()) / int((y != 0).sum()))
-    if size >= len(y):
-        assert len(passes) == 1
+        assert torch.equal(xp, x[rows_of(xp), : xp.size(1)]) and torch.equal(yp, y[rows_of(xp), : yp.size(1)])
+        assert not y[rows_of(xp), yp.size(1) :].any()  # nothing real was cut off
+    if size is None or size >= len(y):  # one pass, in the batch's own order
+        assert len(passes) == 1 and rows_of(passes[0][0]) == list(range(len(y)))
+    assert forward_passes(x, y, size, cut=False)[0][1] is y  # cut=False: the batch as it is
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3, 8])
-def test_rank_rows_split_the_batch_and_weigh_the_ranks_to_the_global_mean(world_size):
+def shares_of(y, rank_and_passes, world_size):
+    """The step's rule: a pass's share is its real targets / the global batch's * the world size (0 if not counted)."""
+    total = int((y != 0).sum())
+    return [counted * world_size * int((yp != 0).sum()) / total for counted, yp in rank_and_passes]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 7, 8, 16])
+@pytest.mark.parametrize("size", [None, 1, 2])
+def test_the_shares_of_passes_and_ranks_add_up_to_the_world_size_and_the_global_mean(world_size, size):
     x, y = padded_batch([5, 1, 12, 4, 7, 3, 9])
     losses = torch.rand(y.shape, generator=torch.Generator().manual_seed(1))  # a loss per target
-    weighted_means, taken = [], 0
+    all_shares, rank_losses, taken = [], [], []
     for rank in range(world_size):
-        xr, yr, weight = rank_rows(x, y, rank, world_size)
+        xr, yr, counted = rank_rows(x, y, rank, world_size)
         rows = list(range(rank, len(y), world_size))
         if rows:
-            assert torch.equal(xr, x[rows]) and torch.equal(yr, y[rows])
-            taken += len(rows)
-            weighted_means.append(losses[rows][yr != 0].mean() * weight)
+            assert counted and torch.equal(xr, x[rows]) and torch.equal(yr, y[rows])
+            taken += rows
         else:  # a rank without rows joins the step with one that counts for nothing
-            assert len(yr) == 1 and weight == 0
-            weighted_means.append(torch.tensor(0.0))
-    assert taken == len(y)
+            assert len(yr) == 1 and not counted
+        passes = forward_passes(xr, yr, size)
+        shares = shares_of(y, [(counted, yp) for _, yp in passes], world_size)
+        all_shares += shares
+        rank_loss = 0.0
+        for (xp, yp), share in zip(passes, shares):  # each pass's mean loss times its share
+            pass_losses = losses[rows_of(xp), : yp.size(1)][yp != 0]
+            rank_loss += float(pass_losses.mean()) * share
+        rank_losses.append(rank_loss)
+    assert sorted(taken) == list(range(len(y)))  # the ranks' rows cover the batch once
+    assert sum(all_shares) == pytest.approx(world_size)
     # DistributedDataParallel averages the ranks: that is the mean over the whole batch
-    assert float(torch.stack(weighted_means).mean()) == pytest.approx(float(losses[y != 0].mean()))
+    assert sum(rank_losses) / world_size == pytest.approx(float(losses[y != 0].mean()))

@@ -1,49 +1,129 @@
-"""checkpoint.py: the run identity a checkpoint is resumed under, and the facts beside a params file."""
+"""
+checkpoint.py: what a checkpoint belongs to (its identity) and the checkpoints it refuses;
+params.py: the facts beside a params file.
+"""
 
 import dataclasses
+from typing import Optional
 
 import pytest
 import torch
 
 import checkpoint
-from checkpoint import ParamsError, RunIdentity, read_facts, save_params_with_facts, write_facts
+import params
+import pipeline
+from config import HANDOUT, Recipe, RunConfig, Stage
+from conftest import TINY, one_line_error
+from errors import RunError
+from params import read_facts, save_params_with_facts, write_facts
 
-IDENTITY = RunIdentity(
-    function="pretrain", variant="vanilla", n_layer=4, n_head=8, n_embd=256, bottleneck_dim=None, vocab_size=256,
-    examples=2937, max_epochs=650, batch_size=128, learning_rate=6e-3, full_padding=False, seed=0, recipe="handout",
-    dropout=0.1, decay_groups="course", lr_schedule="course", group_by_length=False, precision="fp32",
-)  # fmt: skip
+
+def another_value(field, value):
+    """A valid value of the Recipe field other than `value`; a field of a type not foreseen here fails the test."""
+    if "choices" in field.metadata:
+        return next(choice for choice in field.metadata["choices"] if choice != value)
+    if field.type is bool:
+        return not value
+    if field.type is tuple:
+        return (*value, Stage("corpus", epochs=1))
+    if field.type == Optional[float]:
+        return 1e-3 if value is None else None
+    if field.type is str:
+        return "mlp" if value != "mlp" else "ln"
+    if field.type is int:
+        return value + 1
+    if field.type is float:
+        return value / 2 if value else 0.5
+    raise AssertionError(f"Recipe.{field.name}: no other value for a {field.type}")
 
 
-def test_the_identity_is_stored_as_checkpoints_have_always_stored_it():
-    stored = IDENTITY.as_dict()
-    assert "mix_corpus_path" not in stored  # only runs that mix pairs in have the key
-    assert len(stored) == 19 and stored["bottleneck_dim"] is None and stored["learning_rate"] == 6e-3
-    mixed = dataclasses.replace(IDENTITY, mix_corpus_path="train.tsv").as_dict()
-    assert mixed == dict(stored, mix_corpus_path="train.tsv")
+CFG = RunConfig("pretrain", "vanilla", "wiki.txt", writing_params_path="p.params")
+DATASET = range(2937)  # run_identity needs only the number of examples
+
+
+def test_the_identity_covers_every_recipe_field_by_construction():
+    """A recipe that differs from the handout's in any one field, a new one too, is another run's."""
+    base = pipeline.run_identity(CFG, DATASET, vocab_size=256)
+    fields = dataclasses.fields(Recipe)
+    for field in fields:
+        value = another_value(field, getattr(HANDOUT, field.name))
+        other = pipeline.run_identity(
+            dataclasses.replace(CFG, recipe=dataclasses.replace(HANDOUT, **{field.name: value})), DATASET, 256
+        )
+        assert other != base and {key for key in base if other[key] != base[key]} == {field.name}, field.name
+    run = {"function", "variant", "seed", "stage", "examples", "vocab_size", *RunConfig.INPUTS}
+    assert set(base) == {f.name for f in fields} | run
+    assert base["pretrain_stages"] == "corpus+pairs" and base["stage"] == 1 and base["examples"] == 2937
+    # the run's own: the function, variant and seed, the inputs and data, the stage
+    for other in [
+        pipeline.run_identity(dataclasses.replace(CFG, function="finetune"), DATASET, 256),
+        pipeline.run_identity(dataclasses.replace(CFG, variant="rope"), DATASET, 256),
+        pipeline.run_identity(dataclasses.replace(CFG, seed=1), DATASET, 256),
+        pipeline.run_identity(CFG, range(2936), 256),
+        pipeline.run_identity(CFG, DATASET, 255),
+        pipeline.run_identity(CFG, DATASET, 256, stage=2),
+        pipeline.run_identity(dataclasses.replace(CFG, mix_corpus_path="other.tsv"), DATASET, 256),
+    ]:
+        assert other != base
+
+
+def save_checkpoint(path, identity, **more):
+    torch.save({"format": checkpoint.FORMAT, "run_identity": identity, **more}, path)
+
+
+def test_a_checkpoint_resumes_under_its_own_identity_only(tmp_path):
+    path = str(tmp_path / "p.params.ckpt")
+    identity = pipeline.run_identity(CFG, DATASET, 256)
+    assert checkpoint.load(path, identity) is None  # none yet: the run starts from the beginning
+    save_checkpoint(path, identity, epoch=3)
+    assert checkpoint.load(path, identity)["epoch"] == 3 and checkpoint.saved_identity(path) == identity
+    other = pipeline.run_identity(
+        dataclasses.replace(CFG, recipe=dataclasses.replace(HANDOUT, pretrain_lr=3e-3)), DATASET, 256
+    )
+    with pytest.raises(RunError) as refused:
+        checkpoint.load(path, other)
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and path in message and "pretrain_lr 0.006 there, 0.003 here" in message
+
+
+def test_a_checkpoint_of_the_code_before_is_refused_in_one_line(tmp_path, tiny_world, capsys):
+    """A checkpoint without "format" (the code before's) is refused, even under the same identity."""
+    path = str(tmp_path / "p.params.ckpt")
+    identity = pipeline.run_identity(CFG, DATASET, 256)
+    torch.save({"model": {}, "epoch": 1, "run_identity": identity}, path)
+    with pytest.raises(RunError) as refused:
+        checkpoint.load(path, identity)
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and path in message
+    assert "written by an earlier version of this code: delete it to start over" in message
+    # and so is resuming from one
+    argv = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", path[: -len(".ckpt")], "--resume"]
+    err = one_line_error(capsys, *argv, "--pretrain_epochs", 1, *TINY)
+    assert err == f"run.py: error: {message}"
+    assert not (tmp_path / "p.params").exists()
 
 
 def test_facts_round_trip_and_a_broken_facts_file_is_one_line(tmp_path):
-    params = str(tmp_path / "p.params")
-    assert read_facts(params) is None  # params of the course's code have no facts
-    write_facts(params, {"variant": "perceiver", "bottleneck_dim": 64, "vocabulary": "aé\t"})
-    assert read_facts(params) == {"variant": "perceiver", "bottleneck_dim": 64, "vocabulary": "aé\t"}
+    params_path = str(tmp_path / "p.params")
+    assert read_facts(params_path) is None  # params of the course's code have no facts
+    write_facts(params_path, {"variant": "perceiver", "bottleneck_dim": 64, "vocabulary": "aé\t"})
+    assert read_facts(params_path) == {"variant": "perceiver", "bottleneck_dim": 64, "vocabulary": "aé\t"}
     (tmp_path / "p.params.json").write_text("[1, 2]", encoding="utf-8")
-    with pytest.raises(ParamsError, match=r"p.params.json \(what .* is\) cannot be read: not a JSON object"):
-        read_facts(params)
+    with pytest.raises(RunError, match=r"p.params.json \(what .* is\) cannot be read: not a JSON object"):
+        read_facts(params_path)
 
 
 def test_params_never_keep_another_runs_facts(tmp_path, monkeypatch):
     """A crash while the params are written leaves params without facts, not with the earlier run's."""
-    params = str(tmp_path / "p.params")
+    params_path = str(tmp_path / "p.params")
     model = torch.nn.Linear(2, 2)
-    save_params_with_facts(model, params, {"variant": "vanilla", "run": 1})
-    assert read_facts(params) == {"variant": "vanilla", "run": 1}
+    save_params_with_facts(model, params_path, {"variant": "vanilla", "run": 1})
+    assert read_facts(params_path) == {"variant": "vanilla", "run": 1}
 
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint, "save_params", crash)
+    monkeypatch.setattr(params, "save_params", crash)
     with pytest.raises(OSError):
-        save_params_with_facts(model, params, {"variant": "vanilla", "run": 2})
-    assert read_facts(params) is None
+        save_params_with_facts(model, params_path, {"variant": "vanilla", "run": 2})
+    assert read_facts(params_path) is None

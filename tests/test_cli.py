@@ -16,12 +16,12 @@ import arguments
 import hooks
 import pipeline
 import probed_pretraining
-from checkpoint import read_facts, save_params
-from config import BLOCK_SIZE, HANDOUT, RECIPES
-from conftest import CPU_FLAGS, ROOT, SMALL, TINY, cli, evaluate_args, finetune_args
+from config import BLOCK_SIZE, HANDOUT, RECIPES, Stage, parse_stages
+from conftest import CPU_FLAGS, ROOT, RUNS_DIR, SMALL, TINY, cli, evaluate_args, finetune_args
 from conftest import run_main as main
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
+from params import read_facts, save_params
 from trainer import Trainer
 from world import PLACE_SUFFIXES, write_world
 
@@ -30,7 +30,7 @@ from world import PLACE_SUFFIXES, write_world
 def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
     wiki = tiny_world["wiki.txt"]
     pretrained, finetuned = tmp_path / "pre.params", tmp_path / "ft.params"
-    assert main("pretrain", variant, wiki, "--writing_params_path", pretrained, "--max_epochs", 1, *SMALL) == 0
+    assert main("pretrain", variant, wiki, "--writing_params_path", pretrained, "--pretrain_epochs", 1, *SMALL) == 0
     state = torch.load(pretrained, weights_only=True)
     assert isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())
 
@@ -45,7 +45,7 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
             finetuned,
             "--finetune_corpus_path",
             tiny_world["train.tsv"],
-            "--max_epochs",
+            "--finetune_epochs_from_pretrained",
             1,
             *SMALL,
         )
@@ -84,8 +84,8 @@ def test_pretrain_finetune_evaluate(variant, tiny_world, tmp_path, capsys):
 def test_pretraining_continues_from_reading_params(tiny_world, tmp_path):
     """pretrain --reading_params_path starts from those params (continued pretraining), not from a fresh model."""
     wiki, first, second = tiny_world["wiki.txt"], tmp_path / "first.params", tmp_path / "second.params"
-    assert main("pretrain", "vanilla", wiki, "--writing_params_path", first, "--max_epochs", 1, *SMALL) == 0
-    flags = ["--max_epochs", 1, "--pretrain_lr", 1e-9, "--max_shift", 4, *SMALL]
+    assert main("pretrain", "vanilla", wiki, "--writing_params_path", first, "--pretrain_epochs", 1, *SMALL) == 0
+    flags = ["--pretrain_epochs", 1, "--pretrain_lr", 1e-9, "--max_shift", 4, *SMALL]
     assert (
         main("pretrain", "vanilla", wiki, "--reading_params_path", first, "--writing_params_path", second, *flags) == 0
     )
@@ -97,58 +97,104 @@ def test_pretraining_continues_from_reading_params(tiny_world, tmp_path):
     assert max((start[k] - fresh[k]).abs().max() for k in start) > 1e-3  # a fresh model is the first run's start
 
 
-def test_the_shifted_stage_is_pretraining_continued_with_its_flags(tiny_world, tmp_path):
+class Stopped(Exception):
+    """What stop_at's hook raises: a pretraining stopped at an epoch's end, before that epoch's checkpoint."""
+
+
+def stop_at(epoch):
+    """An on_epoch_end hook that stops pretraining after `epoch` epochs (counted on across the stages)."""
+
+    def hook(end):
+        if end.epoch == epoch:
+            raise Stopped(epoch)
+
+    return hook
+
+
+class RecordingTrainer(Trainer):
+    """A Trainer that records what every training (a stage) is given: its config, its data and its starting params."""
+
+    made = []
+
+    def __init__(self, model, train_dataset, test_dataset, config):
+        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        RecordingTrainer.made.append((config, train_dataset, start))
+        super().__init__(model, train_dataset, test_dataset, config)
+
+
+def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tmp_path, monkeypatch):
     """
-    A recipe's shifted stage ends pretraining exactly as a second command going on from the
-    first stage's params would; its snapshots count on from the first stage's epochs and
-    seconds; the first stage's params and checkpoint are removed unless --keep_checkpoint.
+    A recipe's second stage ends pretraining exactly as a second command going on from the
+    first stage's params, with the stage's settings as flags, would. The stages keep one
+    checkpoint, of the stage it was written in, and --resume goes on at that stage; nothing of
+    the first stage is left beside the params; snapshots count epochs and seconds on across the stages.
     """
     cpu, wiki = RECIPES["cpu"], tiny_world["wiki.txt"]
-    common = ["pretrain", "vanilla", wiki, "--recipe", "cpu", "--max_epochs", 2, *SMALL]
+    second = dataclasses.replace(cpu.pretrain_stages[1], epochs=2, decay_epochs=2)  # the cpu recipe's, shorter
+    assert (second.lr, second.max_shift) == (3e-4, 13) and cpu.pretrain_stages[0] == Stage()
+    stages = ["--pretrain_stages", f"corpus+pairs; {second}"]
+    common = ["pretrain", "vanilla", wiki, "--recipe", "cpu", "--pretrain_epochs", 2, *SMALL]
     one, two = tmp_path / "one" / "p.params", tmp_path / "two" / "p.params"
-    assert main(*common, "--shifted_epochs", 1, "--writing_params_path", one) == 0
+    assert main(*common, *stages, "--writing_params_path", one) == 0
     assert sorted(os.listdir(one.parent)) == ["p.params", "p.params.json"]
 
     stage = tmp_path / "stage.params"
-    assert main(*common, "--shifted_epochs", 0, "--writing_params_path", stage) == 0
-    continued = ["--max_epochs", 1, "--decay_epochs", 1, "--pretrain_lr", cpu.shifted_lr]
-    continued += ["--max_shift", cpu.shifted_max_shift, "--shifted_epochs", 0, "--reading_params_path", stage]
+    assert main(*common, "--pretrain_stages", "corpus+pairs", "--writing_params_path", stage) == 0
+    continued = ["--pretrain_epochs", 2, "--decay_epochs", 2, "--pretrain_lr", second.lr]
+    continued += ["--max_shift", second.max_shift, "--pretrain_stages", "corpus+pairs", "--reading_params_path", stage]
     assert main(*common, *continued, "--writing_params_path", two) == 0
     a, b = torch.load(one, weights_only=True), torch.load(two, weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a)
     fresh = torch.load(stage, weights_only=True)
     assert max((a[k] - fresh[k]).abs().max() for k in a) > 1e-4
 
+    # each stage trains with its own settings, the second from the first's params; one checkpoint, the second stage's
+    monkeypatch.setattr(pipeline, "Trainer", RecordingTrainer)
+    monkeypatch.setattr(RecordingTrainer, "made", [])
     kept = tmp_path / "kept" / "p.params"
-    assert main(*common, "--shifted_epochs", 1, "--writing_params_path", kept, "--keep_checkpoint") == 0
-    unshifted = torch.load(f"{kept}.unshifted", weights_only=True)
-    assert all(torch.equal(unshifted[k], fresh[k]) for k in fresh)
-    first, closing = (
-        torch.load(f"{path}.ckpt", weights_only=True)["run_identity"] for path in (f"{kept}.unshifted", kept)
-    )
-    assert (first["learning_rate"], first.get("max_shift", 0)) == (cpu.pretrain_lr, 0)
-    assert (closing["learning_rate"], closing["max_shift"]) == (cpu.shifted_lr, cpu.shifted_max_shift)
-    assert (first["max_epochs"], closing["max_epochs"], closing["decay_epochs"]) == (2, 1, 1)
-
-    # stopped before the shifted stage: --resume finds the first stage done and runs the second alone
-    os.remove(kept)
-    os.remove(f"{kept}.ckpt")
-    code, _, err = cli(*common, "--shifted_epochs", 1, "--writing_params_path", kept, "--resume")
-    assert code == 0 and f"resuming from {kept}.unshifted.ckpt" in err and f"no checkpoint at {kept}.ckpt" in err, err
-    resumed = torch.load(kept, weights_only=True)
-    assert all(torch.equal(a[k], resumed[k]) for k in a)
-    assert sorted(os.listdir(kept.parent)) == ["p.params", "p.params.json"]
-
-    # snapshots: the first stage's beside its params, the second stage's counting on from them
-    snapshots = tmp_path / "snapshots" / "p.params"
-    flags = ["--shifted_epochs", 2, "--save_every", 2, "--writing_params_path", snapshots]
-    assert probed_pretraining.main([str(a) for a in [*common, *flags]]) == 0
-    assert hooks.snapshots(str(snapshots)) == [
-        (2, f"{snapshots}.unshifted.epoch2"),
-        (4, f"{snapshots}.epoch4"),
+    flags = ["--save_every", 2, "--tb_expt_name", "two_stages", "--keep_checkpoint", "--writing_params_path", kept]
+    assert probed_pretraining.main([str(x) for x in [*common, *stages, *flags]]) == 0
+    assert sorted(os.listdir(kept.parent)) == [
+        "p.params",
+        "p.params.ckpt",
+        "p.params.epoch2",
+        "p.params.epoch2.json",
+        "p.params.epoch4",
+        "p.params.epoch4.json",
+        "p.params.json",
     ]
-    first, last = read_facts(f"{snapshots}.unshifted.epoch2"), read_facts(f"{snapshots}.epoch4")
-    assert (first["epochs"], last["epochs"]) == (2, 4) and first["training_seconds"] <= last["training_seconds"]
+    (first, first_data, _), (closing, closing_data, closing_start) = RecordingTrainer.made
+    assert all(torch.equal(closing_start[k], fresh[k]) for k in fresh)  # the first stage's params, carried in memory
+    assert (first.learning_rate, first_data.max_shift, first.max_epochs) == (cpu.pretrain_lr, 0, 2)
+    assert first.final_tokens == cpu.decay_epochs * len(first_data) * BLOCK_SIZE
+    assert (closing.learning_rate, closing_data.max_shift, closing.max_epochs) == (second.lr, second.max_shift, 2)
+    assert closing.final_tokens == 2 * len(closing_data) * BLOCK_SIZE
+    assert (first.run_identity["stage"], closing.run_identity["stage"]) == (1, 2)
+    ckpt = torch.load(f"{kept}.ckpt", weights_only=True)
+    assert ckpt["run_identity"] == closing.run_identity and ckpt["epoch"] == 2
+    assert ckpt["run_identity"]["pretrain_stages"] == f"corpus+pairs; {second}"
+    assert all(torch.equal(ckpt["model"][k], a[k]) for k in a)
+    logs = os.listdir(RUNS_DIR / "expt" / "pretrain")  # TensorBoard's: a folder per stage
+    assert any(name.startswith("two_stages_vanilla_") for name in logs)
+    assert any(name.startswith("two_stages_stage2_vanilla_") for name in logs)
+    # snapshots beside the params, their epochs and seconds counted on from the first stage's
+    assert hooks.snapshots(str(kept)) == [(2, f"{kept}.epoch2"), (4, f"{kept}.epoch4")]
+    early, late = read_facts(f"{kept}.epoch2"), read_facts(f"{kept}.epoch4")
+    assert (early["epochs"], late["epochs"]) == (2, 4) and early["training_seconds"] <= late["training_seconds"]
+    assert all(torch.equal(t, fresh[k]) for k, t in torch.load(f"{kept}.epoch2", weights_only=True).items())
+
+    # stopped between the stages, then within the second: --resume goes on at the checkpoint's stage
+    for stopped_at, stage_epochs_done in [(3, 2), (4, 1)]:
+        stopped = tmp_path / f"stopped{stopped_at}" / "p.params"
+        argv = [str(x) for x in [*common, *stages, "--writing_params_path", stopped]]
+        with pytest.raises(Stopped):
+            pipeline.pretrain(arguments.parse(argv, arguments.build_parser())[0], [stop_at(stopped_at)])
+        assert torch.load(f"{stopped}.ckpt", weights_only=True)["run_identity"]["stage"] == 1 + (stopped_at == 4)
+        code, _, err = cli(*argv, "--resume")
+        assert code == 0 and f"resuming from {stopped}.ckpt" in err and f"({stage_epochs_done} epochs done)" in err, err
+        resumed = torch.load(stopped, weights_only=True)
+        assert all(torch.equal(a[k], resumed[k]) for k in a)
+        assert sorted(os.listdir(stopped.parent)) == ["p.params", "p.params.json"]
 
 
 def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):
@@ -177,7 +223,7 @@ def test_finetune_from_scratch_then_evaluate_in_a_fresh_process(tiny_world, tmp_
     params = tmp_path / "model.params"
     code, _, err = cli(
         *finetune_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["train.tsv"]),
-        "--max_epochs",
+        "--finetune_epochs_from_scratch",
         2,
         *SMALL,
     )
@@ -197,7 +243,7 @@ def test_every_run_gets_its_own_tensorboard_folder(tiny_world, tmp_path):
         sys.executable,
         str(ROOT / "src" / "run.py"),
         *finetune_args("vanilla", tiny_world["wiki.txt"], "m.params", tiny_world["train.tsv"]),
-        "--max_epochs",
+        "--finetune_epochs_from_scratch",
         "1",
         *SMALL,
     ]
@@ -212,7 +258,8 @@ def test_help_names_each_subcommands_flags_and_the_model_sizes():
     assert code == 0 and not err
     assert "evaluate: --reading_params_path --eval_corpus_path --outputs_path" in out
     assert "finetune: --writing_params_path --finetune_corpus_path" in out
-    assert "Transformer blocks (default 4" in out and "attention heads per block (default 8" in out
+    assert re.search(r"--n_layer \S+ +Transformer blocks\n", out) and "attention heads per block" in out
+    assert "\n  --n_layer 4\n" in out and "\n  --n_head 8 / 4 / 4\n" in out  # the sizes' defaults: handout / cpu / demo
 
 
 def test_dataset_module_prints_examples(tiny_world):
@@ -356,9 +403,10 @@ def test_benchmark_compares_whole_processes(tiny_world, tmp_path):
 def test_pretraining_settings_pass_through_finetune_and_evaluate(tiny_world, tmp_path):
     """run.sh gives its overrides to every command: a pretraining-only setting is ignored by the others."""
     wiki, params = tiny_world["wiki.txt"], tmp_path / "ft.params"
-    only_pretraining = ["--corrupt_by_epoch", "--max_shift", 4, "--shifted_epochs", 1]
+    only_pretraining = ["--corrupt_by_epoch", "--max_shift", 4, "--pretrain_stages", "corpus+pairs; corpus epochs=1"]
+    only_pretraining += ["--pretrain_epochs", 1]
     finetune = finetune_args("vanilla", wiki, params, tiny_world["train.tsv"])
-    assert main(*finetune, "--max_epochs", 1, *TINY, *only_pretraining) == 0
+    assert main(*finetune, "--finetune_epochs_from_scratch", 1, *TINY, *only_pretraining) == 0
     evaluate = evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], tmp_path / "dev.predictions")
     assert main(*evaluate, *TINY, *only_pretraining) == 0
 
@@ -373,9 +421,15 @@ def test_recipes_fill_in_the_settings_and_flags_win():
     assert cpu == RECIPES["cpu"] and cpu.pretrain_batch_size < handout.pretrain_batch_size
     overridden = recipe("pretrain", "vanilla", "w.txt", "--recipe", "cpu", "--pretrain_lr", "5e-4", "--dropout=0.2")
     assert overridden == dataclasses.replace(cpu, pretrain_lr=5e-4, dropout=0.2)
-    assert cpu.shifted_epochs > 0 and handout.shifted_epochs == 0
-    unshifted = recipe("finetune", "vanilla", "w.txt", "--recipe", "cpu", "--shifted_epochs", "0")
-    assert unshifted == dataclasses.replace(cpu, shifted_epochs=0)
+    assert len(cpu.pretrain_stages) == 2 and handout.pretrain_stages == (Stage(),)
+    cpu_stages = "; ".join(map(str, cpu.pretrain_stages))  # the stages' text (--help's) reads back as they are
+    assert cpu_stages == "corpus+pairs; corpus+pairs epochs=20 lr=0.0003 max_shift=13 decay_epochs=20"
+    assert recipe("pretrain", "vanilla", "w.txt", "--pretrain_stages", cpu_stages) == (
+        dataclasses.replace(HANDOUT, pretrain_stages=cpu.pretrain_stages)
+    )
+    assert parse_stages(cpu_stages) == cpu.pretrain_stages
+    one_stage = recipe("finetune", "vanilla", "w.txt", "--recipe", "cpu", "--pretrain_stages", "corpus+pairs")
+    assert one_stage == dataclasses.replace(cpu, pretrain_stages=(Stage(),))
     # every field of a recipe is a flag; a yes/no one is on alone and off with no-
     switched = recipe("pretrain", "vanilla", "w.txt", "--recipe", "cpu", "--no-group_by_length", "--full_padding")
     assert switched == dataclasses.replace(cpu, group_by_length=False, full_padding=True)
@@ -387,7 +441,7 @@ def test_recipes_fill_in_the_settings_and_flags_win():
 def test_a_recipe_sets_the_model_size_length_grouping_and_optimisation_and_flags_win(tiny_world, tmp_path, monkeypatch):
     recipe = dataclasses.replace(HANDOUT, n_layer=2, n_head=2, n_embd=24, group_by_length=True, weight_decay=0.0)
     monkeypatch.setitem(RECIPES, "narrow", recipe)
-    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--recipe", "narrow", "--max_epochs", 1, *CPU_FLAGS]
+    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--recipe", "narrow", "--pretrain_epochs", 1, *CPU_FLAGS]
     assert main(*common, "--writing_params_path", tmp_path / "a.params", "--keep_checkpoint") == 0
     facts = read_facts(str(tmp_path / "a.params"))
     assert (facts["n_layer"], facts["n_head"], facts["n_embd"]) == (2, 2, 24)
@@ -417,14 +471,14 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
         params,
         "--recipe",
         "cpu",
-        "--max_epochs",
+        "--pretrain_epochs",
         2,
         "--probe_corpus_path",
         tiny_world["dev.tsv"],
         "--probe_every",
         1,
-        "--shifted_epochs",
-        1,
+        "--pretrain_stages",
+        f"corpus+pairs; {dataclasses.replace(RECIPES['cpu'].pretrain_stages[1], epochs=1)}",
         "--keep_checkpoint",
         *SMALL,
         *(["--corrupt_by_epoch"] if corrupt_by_epoch else []),
@@ -433,14 +487,16 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
     assert probed_pretraining.main([str(a) for a in argv]) == 0
     err = capsys.readouterr().err
     reports = [line for line in err.replace("\r", "\n").splitlines() if "birthplaces of" in line]
-    assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2", "epoch 3"]  # the shifted stage's epoch 3
+    assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2", "epoch 3"]  # the second stage's epoch 3
     assert all(" of 24 birthplaces of " in r for r in reports)  # every dev person's document names the place
     assert all(re.search(r"answers \d+ of its 24 questions", r) for r in reports)
     assert params.exists()
-    identity = torch.load(f"{params}.unshifted.ckpt", weights_only=True)["run_identity"]
-    assert identity["recipe"] == "cpu" and identity["dropout"] == 0.0
-    assert identity.get("corrupt_by_epoch", False) == corrupt_by_epoch
-    assert identity["learning_rate"] == RECIPES["cpu"].pretrain_lr
+    checkpoint = torch.load(f"{params}.ckpt", weights_only=True)  # the second stage's, the one checkpoint
+    identity = checkpoint["run_identity"]
+    assert checkpoint["run_facts"]["recipe"] == "cpu" and identity["dropout"] == 0.0 and identity["stage"] == 2
+    assert identity["corrupt_by_epoch"] == corrupt_by_epoch
+    assert identity["pretrain_lr"] == RECIPES["cpu"].pretrain_lr  # the first stage's, which gives none of its own
+    assert sorted(os.listdir(tmp_path)) == ["pre.params", "pre.params.ckpt", "pre.params.json"]
 
 
 @pytest.mark.slow
@@ -465,7 +521,7 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
         wiki,
         "--writing_params_path",
         params,
-        "--max_epochs",
+        "--pretrain_epochs",
         100,
         "--pretrain_lr",
         3e-3,
@@ -483,14 +539,13 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     assert probed_pretraining.main([str(a) for a in argv]) == 0
     probe = capsys.readouterr().err.replace("\r", "\n")
     probe_answered = int(re.search(r"epoch 100: .* answers (\d+) of its 60 questions", probe).group(1))
-    identity = torch.load(f"{params}.ckpt", weights_only=True)["run_identity"]
-    assert identity["examples"] == 84 + 60 and identity["mix_corpus_path"] == train
+    checkpoint = torch.load(f"{params}.ckpt", weights_only=True)
+    assert checkpoint["run_identity"]["examples"] == 84 + 60
+    assert f"--mix_corpus_path {train}" in checkpoint["run_facts"]["command"]
     # the cosine decays over decay_epochs epochs of corpus and pairs; without pairs, of the corpus alone
     assert configs[0].final_tokens == HANDOUT.decay_epochs * (84 + 60) * BLOCK_SIZE
-    assert (
-        main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "plain.params", "--max_epochs", 1, *SMALL)
-        == 0
-    )
+    plain = ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "plain.params"]
+    assert main(*plain, "--pretrain_epochs", 1, *SMALL) == 0
     assert configs[1].final_tokens == HANDOUT.decay_epochs * 84 * BLOCK_SIZE
 
     capsys.readouterr()
@@ -506,6 +561,10 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     assert probe_answered == correct
 
 
+SMOKE_STAGES = "corpus+pairs; corpus+pairs epochs=1 lr=3e-4 max_shift=13 decay_epochs=1"
+SMOKE_FINETUNING = ["--finetune_epochs_from_scratch", "1", "--finetune_epochs_from_pretrained", "1"]
+
+
 @pytest.mark.slow
 def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     """run.sh from a copy of the repository whose data are a small generated world, on a machine without CUDA."""
@@ -513,7 +572,7 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     (tmp_path / "src").symlink_to(ROOT / "src")
     write_world(tmp_path, n_train=40, n_dev=10, n_test=10, n_places=8)
     done = subprocess.run(
-        ["bash", "run.sh", "--max_epochs", "1", "--shifted_epochs", "1", *SMALL],
+        ["bash", "run.sh", "--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, *SMOKE_FINETUNING, *SMALL],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -526,6 +585,8 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
     trainings = [c for c in commands if c[2] in ("pretrain", "finetune")]
     assert len(commands) == 19 and len(trainings) == 9
     assert all(c[c.index("--recipe") + 1] == "cpu" for c in trainings)
+    stage_logs = [name for name in os.listdir(tmp_path / "expt" / "pretrain") if name.startswith("run_stage2_")]
+    assert sorted(name.split("_")[2] for name in stage_logs) == ["perceiver", "rope", "synthesizer", "vanilla"]
     rows = (tmp_path / "results.md").read_text(encoding="utf-8").splitlines()
     assert [row.split("|")[1].strip() for row in rows[3:]] == [
         "London baseline",
@@ -561,8 +622,7 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     evaluation that read the answers would not).
     """
     shutil.copy(ROOT / "run.sh", tmp_path)  # run.sh works in its own folder: the demo's files stay out of the checkout
-    (tmp_path / "src").symlink_to(ROOT / "src")
-    (tmp_path / "experiments").symlink_to(ROOT / "experiments")
+    (tmp_path / "src").symlink_to(ROOT / "src")  # src/ alone: the demo needs nothing of experiments/
     env = {
         **os.environ,
         "PYTHON": sys.executable,
@@ -601,7 +661,7 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
 
 def test_run_sh_demo_takes_no_arguments():
     done = subprocess.run(
-        ["bash", str(ROOT / "run.sh"), "demo", "--max_epochs", "1"], capture_output=True, text=True, timeout=60
+        ["bash", str(ROOT / "run.sh"), "demo", "--pretrain_epochs", "1"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "demo takes no arguments" in done.stderr
 

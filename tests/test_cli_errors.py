@@ -1,16 +1,21 @@
 """Bad input on the command line: one line naming what is wrong and where, exit code 2, nothing written."""
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
 import torch
 
+import arguments
 import london_baseline
 import probed_pretraining
-from conftest import ROOT, SMALL, TINY, cli, evaluate_args, finetune_args, one_line_error
+from config import HANDOUT, RECIPES, Recipe, Stage
+from conftest import CPU_FLAGS, ROOT, SMALL, TINY, cli, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
@@ -33,7 +38,7 @@ def test_input_errors_are_one_line(tiny_world, tmp_path):
     assert (
         main(
             *finetune_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["train.tsv"]),
-            "--max_epochs",
+            "--finetune_epochs_from_scratch",
             1,
             *SMALL,
         )
@@ -57,7 +62,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     assert (
         main(
             *finetune_args("vanilla", wiki, params, train),
-            "--max_epochs",
+            "--finetune_epochs_from_scratch",
             1,
             *SMALL,
         )
@@ -106,11 +111,12 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     assert not (tmp_path / "x.params").exists() and not (tmp_path / "mixed.predictions").exists()
 
     with pytest.raises(SystemExit) as exit_info:
-        main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--max_epochs", "0")
-    assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:
-        main(*finetune_args("vanilla", wiki, tmp_path / "x.params", train), "--mix_corpus_path", train)
-    assert exit_info.value.code == 2 and "unrecognized arguments: --mix_corpus_path" in capsys.readouterr().err
+        main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--pretrain_epochs", "0")
+    assert exit_info.value.code == 2 and "pretrain_epochs must be positive, got 0" in capsys.readouterr().err
+    err = one_line_error(
+        capsys, *finetune_args("vanilla", wiki, tmp_path / "x.params", train), "--mix_corpus_path", train
+    )
+    assert "mixed pairs (--mix_corpus_path) are for pretrain" in err
 
     # the research pretraining's own inputs: the same one-line errors, before any work
     research = [
@@ -147,7 +153,17 @@ def params_files(tiny_world, tmp_path_factory):
     ]:
         files[name] = folder / f"{name}.params"
         assert (
-            main("pretrain", extra[0], wiki, "--writing_params_path", files[name], "--max_epochs", 1, *TINY, *extra[1:])
+            main(
+                "pretrain",
+                extra[0],
+                wiki,
+                "--writing_params_path",
+                files[name],
+                "--pretrain_epochs",
+                1,
+                *TINY,
+                *extra[1:],
+            )
             == 0
         )
         (folder / f"{name}.params.json").unlink()
@@ -204,7 +220,15 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
     params, outputs = tmp_path / "p.params", tmp_path / "dev.predictions"
     assert (
         main(
-            "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint", *TINY
+            "pretrain",
+            "vanilla",
+            wiki,
+            "--writing_params_path",
+            params,
+            "--pretrain_epochs",
+            1,
+            "--keep_checkpoint",
+            *TINY,
         )
         == 0
     )
@@ -219,7 +243,7 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
         GPT(GPTConfig(len(facts["vocabulary"]) + 2, 128, n_layer=2, n_head=2, n_embd=16)).state_dict()
     )
 
-    no_sizes = ["--batch_size", "16", "--num_workers", "0", "--device", "cpu"]
+    no_sizes = CPU_FLAGS
     assert (
         main(
             *evaluate_args("vanilla", wiki, params, dev, outputs),
@@ -317,7 +341,7 @@ def test_reserved_characters_in_questions_are_dropped_and_counted(tiny_world, tm
     assert (
         main(
             *finetune_args("vanilla", tiny_world["wiki.txt"], tmp_path / "p.params", tsv),
-            "--max_epochs",
+            "--finetune_epochs_from_scratch",
             1,
             *TINY,
         )
@@ -387,48 +411,127 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--dropout", "1"],
-            "--dropout must be below 1, got 1.0",
+            "dropout must be below 1, got 1.0",
         ),
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--decay_groups", "nanogpt"],
-            "--decay_groups must be one of course, matmul, got 'nanogpt'",
+            "argument --decay_groups: invalid choice: 'nanogpt' (choose from 'course', 'matmul')",
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "inf"],
-            "--pretrain_lr must be a finite number, got inf",
+            "pretrain_lr must be a finite number, got inf",
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "nan"],
-            "--pretrain_lr must be a finite number, got nan",
+            "pretrain_lr must be a finite number, got nan",
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--weight_decay", "-0.1"],
-            "--weight_decay must be at least 0, got -0.1",
+            "weight_decay must be at least 0, got -0.1",
         ),
         (
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--decay_epochs", "0"],
-            "--decay_epochs must be positive, got 0",
+            "decay_epochs must be positive, got 0",
         ),
         (
             ["pretrain", "perceiver", "WIKI", "--writing_params_path", "x", "--bottleneck_dim", "256"],
             "--bottleneck_dim 256 is more than the block size 128",
         ),
         (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
-        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout", "x"], "--dropout x: 'x' is not a float"),
-        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--full_padding=maybe"], "'maybe' is not a bool"),
-        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout"], "--dropout needs a value"),
-        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max", "5"], "unrecognized arguments: --max"),
-        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max_shift", "15"], "at most 14, got 15"),
+        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout", "x"], "'x' is not a float"),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--shifted_epochs", "-1"],
-            "--shifted_epochs must be at least 0, got -1",
+            [*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--full_padding=maybe"],
+            "argument --full_padding/--no-full_padding: ignored explicit argument 'maybe'",
+        ),
+        ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout"], "argument --dropout: expected one argument"),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max", "5"], "unrecognized arguments: --max"),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max_shift", "15"], "in 0..14, got 15"),
+        (
+            [
+                "pretrain",
+                "vanilla",
+                "WIKI",
+                "--writing_params_path",
+                "x",
+                "--pretrain_stages",
+                "corpus; corpus epochs=-1",
+            ],
+            "epochs must be positive, got -1",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus max_shift=15"],
+            "max_shift must be in 0..14, got 15",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus epoch=3"],
+            "stage 'corpus epoch=3': 'epoch' is not one of epochs, lr, max_shift, decay_epochs",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus lr=fast"],
+            "stage 'corpus lr=fast': lr: 'fast' is not a float",
+        ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "books"],
+            "its data must be one of corpus, pairs, corpus+pairs, got 'books'",
+        ),
+        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", ";"], "at least one stage"),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus; pairs"],
+            "pretraining stage 2 trains on the pairs alone: give --mix_corpus_path",
         ),
     ],
 )
 def test_command_line_mistakes_are_one_line(args, message, tiny_world):
     code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def another_value(field, value):
+    """A valid value of the Recipe field other than `value`; a field of a type not foreseen here fails the test."""
+    if "choices" in field.metadata:
+        return next(choice for choice in field.metadata["choices"] if choice != value)
+    if field.type is tuple:
+        return (*value, Stage("corpus", epochs=1))
+    if field.type == Optional[float]:
+        return 1e-3 if value is None else None
+    if field.type is str:
+        return "mlp" if value != "mlp" else "ln"
+    if field.type is int:
+        return value + 1
+    if field.type is float:
+        return value / 2 if value else 0.5
+    raise AssertionError(f"Recipe.{field.name}: no other value for a {field.type}")
+
+
+def parsed(*flags):
+    """The RunConfig of `run.py pretrain vanilla w.txt FLAGS`."""
+    return arguments.parse(["pretrain", "vanilla", "w.txt", *flags], arguments.build_parser())[0]
+
+
+def test_every_recipe_field_is_a_flag_and_a_yes_no_one_has_its_no():
+    """run.py's recipe flags are generated from Recipe: a new field is a flag of its own, listed by --help."""
+    code, out, err = cli("--help")
+    assert code == 0 and not err
+    options = {option: action for action in arguments.build_parser()._actions for option in action.option_strings}
+    recipes_listed = out.split("recipe settings, handout / cpu / demo:")[1]  # --help's end: every recipe's values
+    assert parsed().given == frozenset() and parsed().recipe == HANDOUT
+    for field in dataclasses.fields(Recipe):
+        flag = f"--{field.name}"
+        assert flag in options and options[flag].dest == field.name, field.name
+        assert re.search(rf"^  {flag}\b", out, re.M) and re.search(rf"^  {flag} ", recipes_listed, re.M), flag
+        if field.type is bool:  # --NAME and --no-NAME, whatever the recipe's value
+            assert options[f"--no-{field.name}"] is options[flag]
+            for recipe in RECIPES:
+                on, off = parsed("--recipe", recipe, flag), parsed("--recipe", recipe, f"--no-{field.name}")
+                assert getattr(on.recipe, field.name) is True and getattr(off.recipe, field.name) is False
+                assert on.given == off.given == {field.name}
+            continue
+        value = another_value(field, getattr(HANDOUT, field.name))
+        text = "; ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        cfg = parsed(flag, text)
+        assert cfg.recipe == dataclasses.replace(HANDOUT, **{field.name: value}) and cfg.given == {field.name}
+        assert parsed(f"{flag}={text}").recipe == cfg.recipe
 
 
 def test_baseline_names_the_file_and_line_of_a_bad_question_file(tmp_path, capsys):

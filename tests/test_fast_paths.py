@@ -1,13 +1,16 @@
 """The fast paths give the results of the straightforward ones: padding skipped, cached decoding, GPU settings."""
 
+import copy
+import math
+
 import pytest
 import torch
 
-from batching import length_buckets, real_lengths
+from batching import forward_passes, length_buckets, real_lengths
 from dataset import CharCorruptionDataset, NameDataset
 from decoding import greedy_decode_cached, predict_places
 from model import GPT, KVCache, variant_config
-from trainer import Trainer, TrainerConfig, autocast_dtype
+from trainer import Trainer, TrainerConfig
 from utils import sample, set_seed
 from world import build_world
 
@@ -35,15 +38,32 @@ def batches_and_models(variant, world, rows):
         yield dataset, model, x, y
 
 
+def whole_batch_loss_and_gradients(model, x, y):
+    """The straightforward way: the batch in one forward pass, at the block size, through the model's own loss."""
+    model = copy.deepcopy(model)
+    _, loss = model(x, y)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def step_loss_and_gradients(model, dataset, x, y, passes=None, **settings):
+    """
+    Trainer.train_step's loss and gradients on the batch (with the clipping's limit out of
+    reach: untouched); with `passes`, the step's forward passes must have those inputs.
+    """
+    model = copy.deepcopy(model)
+    inputs = []
+    model.register_forward_pre_hook(lambda _, args: inputs.append(args[0].clone()))
+    trainer = Trainer(model, dataset, None, TrainerConfig(device="cpu", grad_norm_clip=math.inf, **settings))
+    _, loss = trainer.train_step(x, y)
+    if passes is not None:
+        assert len(inputs) == len(passes) and all(torch.equal(i, xp) for i, (xp, _) in zip(inputs, passes))
+    return loss, [p.grad.clone() for p in model.parameters()]
+
+
 def assert_same_loss_and_gradients(model, first, second):
-    """Two ways to pass a batch through the model, as [(x, y, share)], give one loss and one gradient."""
-    trainer = Trainer(model, None, None, TrainerConfig(device="cpu"))
-    results = []
-    for passes in (first, second):
-        model.zero_grad()
-        loss = trainer.forward_backward(passes)
-        results.append((loss, [p.grad.clone() for p in model.parameters()]))
-    (first_loss, first_grads), (second_loss, second_grads) = results
+    """Two ways to pass a batch through the model, as (loss, gradients), give one loss and one gradient."""
+    (first_loss, first_grads), (second_loss, second_grads) = first, second
     assert torch.allclose(first_loss, second_loss, atol=1e-6)
     for (name, _), g_first, g_second in zip(model.named_parameters(), first_grads, second_grads):
         assert torch.allclose(g_first, g_second, atol=1e-6), name
@@ -51,10 +71,16 @@ def assert_same_loss_and_gradients(model, first, second):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_cutting_padding_keeps_loss_and_gradients(variant, world):
-    for _, model, x, y in batches_and_models(variant, world, 16):
+    for dataset, model, x, y in batches_and_models(variant, world, 16):
         n = int(real_lengths(y).max())
         assert n < 127
-        assert_same_loss_and_gradients(model, [(x, y, 1.0)], [(x[:, :n], y[:, :n], 1.0)])
+        [(xp, yp)] = forward_passes(x, y, 16)  # what a step on the CPU (16 rows a pass) trains on: the batch cut
+        assert torch.equal(xp, x[:, :n]) and torch.equal(yp, y[:, :n])
+        whole = whole_batch_loss_and_gradients(model, x, y)
+        padded = step_loss_and_gradients(model, dataset, x, y, [(x, y)], full_padding=True)
+        cut = step_loss_and_gradients(model, dataset, x, y, [(xp, yp)])
+        assert_same_loss_and_gradients(model, whole, padded)
+        assert_same_loss_and_gradients(model, padded, cut)
 
 
 def source_rows(x, y, pieces):
@@ -91,28 +117,30 @@ def test_bucketing_halves_pretraining_arithmetic(world, corrupt_by_epoch):
     _, pre, _ = world
     set_seed(0)
     model = GPT(config_for("vanilla", pre.vocab_size, 128))
-    config = TrainerConfig(max_epochs=1, batch_size=32, bucket_pool=16, device="cpu", corrupt_by_epoch=corrupt_by_epoch)
+    config = TrainerConfig(
+        max_epochs=1, batch_size=32, group_by_length=True, device="cpu", corrupt_by_epoch=corrupt_by_epoch
+    )
     trainer = Trainer(model, pre, None, config)
-    trainer.setup()
     positions, examples = 0, 0
-    for x, y in trainer.global_batches(torch.Generator().manual_seed(0)):
-        positions += sum(xp.numel() for xp, _, _ in trainer.micro_batches(x, y))
+    for x, y in trainer.batches.epoch(0):
+        positions += sum(xp.numel() for xp, _ in forward_passes(x, y, trainer.micro_batch_size))
         examples += len(y)
     assert examples == len(pre)
     assert positions <= 0.6 * len(pre) * 127
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_micro_batches_keep_the_batch_loss_and_gradients(variant, world):
+def test_forward_passes_keep_the_batch_loss_and_gradients(variant, world):
     """Rows sorted by length in passes of 8, each cut to its own longest row: the same batch, loss and gradient."""
     for dataset, model, x, y in batches_and_models(variant, world, 40):
-        trainer = Trainer(model, dataset, None, TrainerConfig(device="cpu", micro_batch_size=8))
-        passes = trainer.micro_batches(x, y)
-        assert len(passes) == 5 and sum(share for _, _, share in passes) == pytest.approx(1.0)
+        passes = forward_passes(x, y, 8)  # what a step with micro_batch_size=8 trains on
+        assert len(passes) == 5 and sum(int((yp != 0).sum()) for _, yp in passes) == int((y != 0).sum())
         assert sorted(source_rows(x, y, passes)) == list(range(len(y)))
         cut = int(real_lengths(y).max())
-        assert sum(xp.numel() for xp, _, _ in passes) < len(y) * cut  # less than the batch cut as a whole
-        assert_same_loss_and_gradients(model, [(x, y, 1.0)], passes)
+        assert sum(xp.numel() for xp, _ in passes) < len(y) * cut  # less than the batch cut as a whole
+        whole = whole_batch_loss_and_gradients(model, x, y)
+        step = step_loss_and_gradients(model, dataset, x, y, passes, micro_batch_size=8)
+        assert_same_loss_and_gradients(model, whole, step)
 
 
 @pytest.fixture(scope="module")
@@ -181,22 +209,14 @@ def test_kv_cache_gives_the_full_forward_also_for_the_rows_it_keeps(variant):
     assert cache.length == 40
 
 
-def test_autocast_choice():
-    assert TrainerConfig().precision == "fp32", "the course trains in fp32"
-    assert autocast_dtype("fp32") is None and autocast_dtype("tf32") is None
-    assert autocast_dtype("bf16") is torch.bfloat16
-    assert autocast_dtype("fp16") is torch.float16
-
-
 @pytest.mark.parametrize(
     "settings",
     [
         dict(precision="bf16"),
-        dict(precision="tf32"),
         dict(precision="fp16"),  # with a GradScaler
         dict(fused_adamw=False, log_every=1),  # the plain AdamW, as on MPS
         dict(compile=True),
-        dict(skip_padding=False, num_workers=1),
+        dict(full_padding=True, num_workers=1),
     ],
 )
 def test_gpu_path_settings_train_on_cpu(settings, world, monkeypatch):

@@ -16,15 +16,18 @@ import confidence
 import next_chars
 import pipeline
 import text_loss
+from batching import forward_passes, rank_rows
 from config import Recipe, RunConfig
 from dataset import MASK_CHAR, NameDataset
 from decoding import greedy_completions, next_character_choices
+from errors import RunError
+from inputs import held_out_split, load_corpus
 from model import GPT, variant_config
-from trainer import AuxiliaryLMObjective, Trainer, TrainerConfig, question_lm_targets
+from trainer import Objective, Trainer, TrainerConfig, question_lm_targets
 from world import build_world
 
 SIZES = dict(n_layer=2, n_head=2, n_embd=32)
-RECIPE = Recipe(dropout=0.0, pretrain_lr=3e-3, **SIZES)
+RECIPE = Recipe(dropout=0.0, pretrain_lr=3e-3, pretrain_batch_size=16, finetune_batch_size=16, **SIZES)
 
 
 def cfg(function, folder, recipe=RECIPE, **more):
@@ -33,7 +36,6 @@ def cfg(function, folder, recipe=RECIPE, **more):
         "vanilla",
         str(folder / "wiki.txt"),
         recipe=recipe,
-        batch_size=16,
         device="cpu",
         num_workers=0,
         tensorboard_root=str(folder / "expt"),
@@ -47,15 +49,16 @@ def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("instruments")
     for name, text in build_world(n_train=60, n_dev=30, n_test=5, n_places=8, seed=5).items():
         (folder / name).write_text(text, encoding="utf-8")
-    pipeline.pretrain(cfg("pretrain", folder, writing_params_path=str(folder / "pre.params"), max_epochs=30))
+    pretraining = dataclasses.replace(RECIPE, pretrain_epochs=30)
+    pipeline.pretrain(cfg("pretrain", folder, pretraining, writing_params_path=str(folder / "pre.params")))
     pipeline.finetune(
         cfg(
             "finetune",
             folder,
+            dataclasses.replace(RECIPE, finetune_epochs_from_pretrained=20),
             reading_params_path=str(folder / "pre.params"),
             writing_params_path=str(folder / "ft.params"),
             finetune_corpus_path=str(folder / "birth_places_train.tsv"),
-            max_epochs=20,
         )
     )
     return folder
@@ -196,16 +199,15 @@ def test_a_model_predicts_its_own_text_better_than_the_same_characters_shuffled(
 
 
 def test_held_out_documents_are_left_out_of_pretraining_and_scored_every_epoch(trained, tmp_path, caplog):
-    corpus = pipeline.load_corpus(str(trained / "wiki.txt"))
-    kept, held_out = pipeline.held_out_split(corpus, 0.2, "wiki.txt")
+    corpus = load_corpus(str(trained / "wiki.txt"))
+    kept, held_out = held_out_split(corpus, 0.2, "wiki.txt")
     assert len(held_out) == round(0.2 * len(corpus)) and len(kept) + len(held_out) == len(corpus)
     assert sorted(kept.data + held_out.data) == sorted(corpus.data)
-    assert pipeline.held_out_split(corpus, 0.2, "wiki.txt")[1].data == held_out.data  # the same every run
+    assert held_out_split(corpus, 0.2, "wiki.txt")[1].data == held_out.data  # the same every run
     assert held_out.stoi == corpus.stoi
-    recipe = dataclasses.replace(RECIPE, held_out_fraction=0.2)
-    run = cfg("pretrain", trained, writing_params_path=str(tmp_path / "p.params"), max_epochs=2)
-    caplog.set_level("INFO", logger="pipeline")
-    pipeline.pretrain(dataclasses.replace(run, recipe=recipe))
+    recipe = dataclasses.replace(RECIPE, held_out_fraction=0.2, pretrain_epochs=2)
+    caplog.set_level("INFO", logger="logs")
+    pipeline.pretrain(cfg("pretrain", trained, recipe, writing_params_path=str(tmp_path / "p.params")))
     lines = [r.getMessage() for r in caplog.records if "held-out loss" in r.getMessage()]
     assert [line.split(":")[0] for line in lines] == ["epoch 1", "epoch 2"]
 
@@ -214,7 +216,7 @@ def test_held_out_documents_are_left_out_of_pretraining_and_scored_every_epoch(t
 
 
 def finetuning_batch(trained, rows=12):
-    corpus = pipeline.load_corpus(str(trained / "wiki.txt"))
+    corpus = load_corpus(str(trained / "wiki.txt"))
     names = NameDataset(corpus, (trained / "birth_places_train.tsv").read_text(encoding="utf-8"))
     x, y = map(torch.stack, zip(*[names[i] for i in range(rows)]))
     return corpus, names, x, y
@@ -236,11 +238,30 @@ def test_the_auxiliary_objective_is_the_task_loss_plus_lambda_times_the_question
     with torch.no_grad():
         logits, task_loss = model(x, y)
     lm_loss = F.cross_entropy(logits.flatten(0, 1), question_lm_targets(x, y).flatten(), ignore_index=0)
-    assert AuxiliaryLMObjective(x, y, 0.0)(logits, x, y) == pytest.approx(float(task_loss), abs=1e-6)
-    whole = AuxiliaryLMObjective(x, y, 0.5)
-    assert whole(logits, x, y) == pytest.approx(float(task_loss + 0.5 * lm_loss), abs=1e-5)
-    halves = whole(logits[:5], x[:5], y[:5]) + whole(logits[5:], x[5:], y[5:])  # passes and ranks add up
-    assert halves == pytest.approx(float(whole(logits, x, y)), abs=1e-5)
+    course = Objective(0.0)
+    assert course.targets(x, y) == [y]
+    assert float(course.loss(logits, [y], [1.0])) == pytest.approx(float(task_loss), abs=1e-6)
+    objective = Objective(0.5)
+    targets = objective.targets(x, y)
+    assert len(targets) == 2 and targets[0] is y and torch.equal(targets[1], question_lm_targets(x, y))
+    whole = float(objective.loss(logits, targets, [1.0, 1.0]))  # one pass of the whole batch
+    assert whole == pytest.approx(float(task_loss + 0.5 * lm_loss), abs=1e-6)
+
+    # passes and ranks add up: every pass's loss times its shares (its targets of each kind / the global
+    # batch's, times the ranks), the ranks averaged as DistributedDataParallel does
+    totals = [int((t != 0).sum()) for t in targets]
+    for world_size, size in [(1, 5), (2, None), (2, 4), (3, 2), (5, None)]:
+        rank_sums = []
+        for rank in range(world_size):
+            xr, yr, counted = rank_rows(x, y, rank, world_size)
+            rank_sum = 0.0
+            for xp, yp in forward_passes(xr, yr, size):
+                pass_targets = objective.targets(xp, yp)
+                shares = [counted * world_size * int((t != 0).sum()) / n for t, n in zip(pass_targets, totals)]
+                with torch.no_grad():
+                    rank_sum += float(objective.loss(model(xp)[0], pass_targets, shares))
+            rank_sums.append(rank_sum)
+        assert sum(rank_sums) / world_size == pytest.approx(whole, abs=1e-5), (world_size, size)
 
 
 def test_a_zero_weight_takes_the_course_step_and_a_positive_one_another(trained):
@@ -250,7 +271,7 @@ def test_a_zero_weight_takes_the_course_step_and_a_positive_one_another(trained)
         torch.manual_seed(0)
         model = GPT(variant_config("vanilla", corpus.vocab_size, 128, **SIZES, dropout=0.0))
         config = TrainerConfig(max_epochs=1, batch_size=16, learning_rate=1e-3, device="cpu", data_seed=0,
-                               aux_lm_weight=weight)  # fmt: skip
+                               lm_weight=weight)  # fmt: skip
         Trainer(model, names, None, config).train()
         params[weight] = model.state_dict()
     torch.manual_seed(0)
@@ -263,7 +284,7 @@ def test_a_zero_weight_takes_the_course_step_and_a_positive_one_another(trained)
 
 def test_the_instruments_refuse_bad_input_in_one_line(trained, tmp_path, capsys):
     same = str(tmp_path / "dev.out")
-    with pytest.raises(pipeline.ConfigError, match="two outputs are one file"):
+    with pytest.raises(RunError, match="two outputs are one file"):
         pipeline.evaluate(
             cfg("evaluate", trained, reading_params_path=str(trained / "ft.params"),
                 eval_corpus_path=str(trained / "birth_dev.tsv"), outputs_path=same, details_path=same)
@@ -288,15 +309,15 @@ def test_the_instruments_refuse_bad_input_in_one_line(trained, tmp_path, capsys)
 
 
 def test_frozen_parts_leave_finetuning_as_they_were_pretrained(trained, tmp_path, capsys):
-    frozen = dataclasses.replace(RECIPE, finetune_frozen="mlp,tok_emb")
+    frozen = dataclasses.replace(RECIPE, finetune_frozen="mlp,tok_emb", finetune_epochs_from_pretrained=2)
     params = tmp_path / "frozen.params"
     pipeline.finetune(
         cfg("finetune", trained, frozen, reading_params_path=str(trained / "pre.params"),
-            writing_params_path=str(params), finetune_corpus_path=str(trained / "birth_places_train.tsv"), max_epochs=2)
+            writing_params_path=str(params), finetune_corpus_path=str(trained / "birth_places_train.tsv"))
     )  # fmt: skip
     before, after = torch.load(trained / "pre.params"), torch.load(params)
     moved = {name for name in before if not torch.equal(before[name], after[name])}
     assert moved and not any(".mlp." in name or name.startswith("tok_emb") for name in moved)
     assert any(".attn." in name for name in moved) and any(".ln1." in name for name in moved)
-    with pytest.raises(ValueError, match="finetune_frozen: mpl is not one of"):
+    with pytest.raises(RunError, match="finetune_frozen: mpl is not one of"):
         dataclasses.replace(RECIPE, finetune_frozen="mpl")

@@ -8,8 +8,8 @@ import torch
 import learning_curve
 import plot_curves
 import recall
-from checkpoint import read_facts
 from conftest import SMALL
+from params import read_facts
 
 
 @pytest.mark.slow
@@ -27,7 +27,7 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
         tiny_world["dev.tsv"],
         "--out",
         str(out),
-        "--max_epochs",
+        "--pretrain_epochs",
         "2",
         *SMALL,
     ]

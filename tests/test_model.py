@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
-from checkpoint import load_params, save_params
 from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock, variant_config
+from params import load_params, save_params
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer", "rope"]
 VOCAB, BLOCK = 40, 32

@@ -1,7 +1,9 @@
 """Long runs that survive: checkpoints and resume, divergence, signals, the lock, tolerated inputs, torchrun."""
 
+import dataclasses
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -13,13 +15,14 @@ import torch
 import torch.multiprocessing as mp
 
 import pipeline
-from checkpoint import read_facts
-from config import RunConfig
+from config import HANDOUT, RunConfig, parse_stages
 from conftest import RUN_PY, RUNS_DIR, TINY, cli, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
+from errors import RunError
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, TrainingDiverged
+from params import read_facts
+from trainer import Trainer, TrainerConfig, TrainingInterrupted
 
 # --- checkpoints and resume ------------------------------------------------------------------------------
 
@@ -27,7 +30,7 @@ from trainer import Trainer, TrainerConfig, TrainingDiverged
 @pytest.mark.slow
 def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_path):
     """A run killed with SIGKILL mid-epoch and resumed ends with the same steps, learning rate and weights."""
-    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--max_epochs", 30, "--keep_checkpoint", *TINY]
+    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--pretrain_epochs", 30, "--keep_checkpoint", *TINY]
     whole = tmp_path / "whole.params"
     code, _, err = cli(*common, "--writing_params_path", whole)
     assert code == 0, err
@@ -76,7 +79,7 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, tin
         tiny_world["wiki.txt"],
         "--writing_params_path",
         tmp_path / "p.params",
-        "--max_epochs",
+        "--pretrain_epochs",
         40,
         *TINY,
     ]
@@ -109,7 +112,7 @@ def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_w
         tiny_world["wiki.txt"],
         "--writing_params_path",
         params,
-        "--max_epochs",
+        "--pretrain_epochs",
         40,
         *TINY,
     ]
@@ -134,7 +137,16 @@ def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_w
 def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
     assert (
-        main("pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--max_epochs", 1, *TINY)
+        main(
+            "pretrain",
+            "vanilla",
+            tiny_world["wiki.txt"],
+            "--writing_params_path",
+            params,
+            "--pretrain_epochs",
+            1,
+            *TINY,
+        )
         == 0
     )
     assert params.exists() and not (tmp_path / "p.params.ckpt").exists()
@@ -145,7 +157,7 @@ def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, caps
             tiny_world["wiki.txt"],
             "--writing_params_path",
             params,
-            "--max_epochs",
+            "--pretrain_epochs",
             1,
             "--keep_checkpoint",
             *TINY,
@@ -163,7 +175,7 @@ def test_resuming_a_finished_run_trains_no_further(tiny_world, tmp_path, caplog)
     params = tmp_path / "p.params"
     args = [
         *finetune_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["train.tsv"]),
-        "--max_epochs",
+        "--finetune_epochs_from_scratch",
         2,
         "--keep_checkpoint",
         *TINY,
@@ -177,29 +189,128 @@ def test_resuming_a_finished_run_trains_no_further(tiny_world, tmp_path, caplog)
 
 
 def test_resume_refuses_another_runs_checkpoint(tiny_world, tmp_path, capsys):
-    params = tmp_path / "p.params"
+    params, ckpt = tmp_path / "p.params", tmp_path / "p.params.ckpt"
     wiki = tiny_world["wiki.txt"]
-    assert (
-        main(
-            "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--keep_checkpoint", *TINY
-        )
-        == 0
-    )
+    first = ["pretrain", "vanilla", wiki, "--writing_params_path", params, "--pretrain_epochs", 1, *TINY]
+    assert main(*first, "--keep_checkpoint") == 0
+    resume = [*first, "--resume"]
     err = one_line_error(
-        capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 2, "--resume", *TINY
+        capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--pretrain_epochs", 2, "--resume", *TINY
     )
-    assert "other settings" in err and "max_epochs 1 there, 2 here" in err
-    resume = ["pretrain", "vanilla", wiki, "--writing_params_path", params, "--max_epochs", 1, "--resume", *TINY]
+    assert "other settings" in err and "pretrain_epochs 1 there, 2 here" in err
     err = one_line_error(capsys, *resume, "--max_shift", 5)
     assert "other settings" in err and "max_shift" in err
-    err = one_line_error(capsys, *resume, "--shifted_epochs", 1)  # before the first stage trains, not after
-    assert "p.params.unshifted.ckpt" in err and "resume it with --shifted_epochs 0" in err
-    shutil.copy(params, tmp_path / "p.params.unshifted")
-    err = one_line_error(capsys, *resume, "--shifted_epochs", 1, "--reading_params_path", f"{params}.unshifted")
-    assert "is where this run's first stage writes" in err
-    (tmp_path / "p.params.ckpt").write_bytes(b"not a checkpoint")
+    two_stages = "corpus+pairs; corpus+pairs epochs=1 lr=0.0006 max_shift=13 decay_epochs=1"
+    err = one_line_error(capsys, *resume, "--pretrain_stages", two_stages)  # before the first stage trains, not after
+    assert "other settings" in err and f"pretrain_stages 'corpus+pairs' there, '{two_stages}' here" in err
+    assert torch.load(ckpt, weights_only=True)["step"] == 6, "the refused runs trained nothing"
+    # the stages pass their params on in memory: the only params a run reads are an input, never its output
+    err = one_line_error(capsys, *resume, "--pretrain_stages", two_stages, "--reading_params_path", params)
+    assert "is also the --reading_params_path: an output never replaces an input" in err
+    ckpt.write_bytes(b"not a checkpoint")
     err = one_line_error(capsys, *resume)
     assert "cannot be read" in err and "delete it" in err
+
+
+TWO_STAGES = parse_stages("corpus+pairs epochs=2; corpus+pairs epochs=3 lr=0.0006 max_shift=13 decay_epochs=3")
+
+
+@pytest.mark.parametrize("stopped", ["during stage 2", "after stage 1"])
+def test_resume_goes_on_at_the_checkpoints_stage_and_ends_like_an_uninterrupted_run(tiny_world, tmp_path, stopped):
+    """
+    Two stages, one checkpoint <params>.ckpt (no files of stage 1's own). Interrupted (SIGINT) within
+    stage 2, or killed as stage 2's first epoch ends, before its first checkpoint (so the checkpoint
+    is stage 1's last): --resume goes on at the checkpoint's stage and ends with the uninterrupted run's params.
+    """
+    recipe = dataclasses.replace(
+        HANDOUT, n_layer=2, n_head=2, n_embd=16, pretrain_batch_size=16, pretrain_stages=TWO_STAGES
+    )
+
+    def run(name, resume=False, hooks=()):
+        cfg = RunConfig(
+            "pretrain", "vanilla", tiny_world["wiki.txt"], writing_params_path=str(tmp_path / name), recipe=recipe,
+            device="cpu", num_workers=0, resume=resume, keep_checkpoint=True, tensorboard_root=str(tmp_path / "expt"),
+        )  # fmt: skip
+        pipeline.pretrain(cfg, on_epoch_end=hooks)
+
+    run("whole.params")
+    epochs = []
+
+    def stop(end):
+        epochs.append(end.epoch)
+        if stopped == "during stage 2" and end.epoch == 3:  # stage 2's first epoch: stop after the next step
+            os.kill(os.getpid(), signal.SIGINT)
+        if stopped == "after stage 1" and end.epoch == 3:  # as a kill would, before stage 2's first checkpoint
+            raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted if stopped == "during stage 2" else KeyboardInterrupt):
+        run("cut.params", hooks=[stop])
+    assert epochs == [1, 2, 3] and not (tmp_path / "cut.params").exists()
+    assert sorted(f.name for f in tmp_path.glob("cut.params*")) == ["cut.params.ckpt"]  # one checkpoint, nothing else
+    interrupted = torch.load(tmp_path / "cut.params.ckpt", weights_only=True)
+    where = interrupted["run_identity"]["stage"], interrupted["epoch"], interrupted["batches_done"]
+    assert where == ((2, 1, 1) if stopped == "during stage 2" else (1, 2, 0))  # (stage, epochs done, batches done)
+
+    epochs.clear()
+    run("cut.params", resume=True, hooks=[epochs.append])
+    assert [end.epoch for end in epochs] == ([4, 5] if stopped == "during stage 2" else [3, 4, 5])  # stage 1 not again
+    a = torch.load(tmp_path / "whole.params.ckpt", weights_only=True)
+    b = torch.load(tmp_path / "cut.params.ckpt", weights_only=True)
+    assert a["run_identity"] == b["run_identity"] and a["run_identity"]["stage"] == 2
+    assert a["step"] == b["step"] == 3 * 6 and a["epoch_losses"] == b["epoch_losses"]
+    whole, cut = torch.load(tmp_path / "whole.params", weights_only=True), torch.load(tmp_path / "cut.params")
+    assert all(torch.equal(whole[k], cut[k]) for k in whole)
+
+
+def test_a_failed_checkpoint_write_is_one_line(tiny_world, tmp_path, capsys):
+    """
+    A file-size limit that lets the params through but not the checkpoint (the params and AdamW's two
+    moments): exit code 2, one line naming <params>.ckpt and the reason; no temporary file left. An
+    earlier checkpoint is kept as it was, and --resume goes on from it.
+    """
+    sized = tmp_path / "sized"
+    args = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--pretrain_epochs", 1, *TINY]
+    assert main(*args, "--writing_params_path", sized / "p.params", "--keep_checkpoint") == 0
+    params_size, checkpoint_size = (sized / "p.params").stat().st_size, (sized / "p.params.ckpt").stat().st_size
+    assert checkpoint_size > 1.3 * params_size
+    limit = (params_size + checkpoint_size) // 2
+
+    def limit_file_sizes():  # in the child: a write past the limit fails with EFBIG instead of killing it
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    def limited_run(params, *more):
+        done = subprocess.run(
+            [sys.executable, RUN_PY, *map(str, args), "--writing_params_path", str(params), *more],
+            capture_output=True,
+            text=True,
+            cwd=RUNS_DIR,
+            timeout=300,
+            preexec_fn=limit_file_sizes,
+        )
+        said = [line for line in done.stderr.splitlines() if "error" in line]
+        assert done.returncode == 2 and len(said) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert said[0].startswith("run.py: error: "), f"the error is a line of its own, not the bar's: {said[0]!r}"
+        assert f"cannot write {params}.ckpt: File too large" in said[0], said
+        return said[0]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    said = limited_run(empty / "p.params")
+    assert "no checkpoint was written" in said
+    assert os.listdir(empty) == [], "no checkpoint, no params, no temporary file, no lock"
+
+    earlier = tmp_path / "earlier"  # the same command's checkpoint, from a run that had room
+    earlier.mkdir()
+    shutil.copy(sized / "p.params.ckpt", earlier / "p.params.ckpt")
+    said = limited_run(earlier / "p.params")
+    assert "the last checkpoint is kept, and --resume goes on from it" in said, said
+    assert os.listdir(earlier) == ["p.params.ckpt"]
+    assert (earlier / "p.params.ckpt").read_bytes() == (sized / "p.params.ckpt").read_bytes()
+    assert main(*args, "--writing_params_path", earlier / "p.params", "--resume") == 0
+    resumed = torch.load(earlier / "p.params", weights_only=True)
+    whole = torch.load(sized / "p.params", weights_only=True)
+    assert all(torch.equal(resumed[k], whole[k]) for k in whole)
 
 
 def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world, tmp_path):
@@ -212,8 +323,8 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world,
 
     def poison(module, args, output):
         forwards.append(1)
-        logits, loss = output
-        return (logits, loss * float("nan")) if len(forwards) >= 6 else output
+        logits, loss = output  # the step scores the logits itself (trainer.Objective): they carry the NaN
+        return (logits * float("nan"), loss) if len(forwards) >= 6 else output
 
     model.register_forward_hook(poison)
     params, checkpoint = tmp_path / "epoch.params", tmp_path / "run.ckpt"
@@ -226,7 +337,7 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world,
         device="cpu",
     )
     trainer = Trainer(model, pre, None, config)
-    with pytest.raises(TrainingDiverged, match=r"not finite at step 6 \(learning rate 0.001\)"):
+    with pytest.raises(RunError, match=r"not finite at step 6 \(learning rate 0.001\)"):
         trainer.train()
     assert len(forwards) == 8 and trainer.step == 8, "it stops at the epoch's end, the first check after step 6"
     saved = torch.load(checkpoint, weights_only=True)
@@ -245,7 +356,7 @@ def test_divergence_is_one_line_and_writes_no_params(tiny_world, tmp_path):
         params,
         "--pretrain_lr",
         "1e6",
-        "--max_epochs",
+        "--pretrain_epochs",
         3,
         *TINY,
     )
@@ -263,7 +374,7 @@ def test_resume_without_a_checkpoint_starts_over(tiny_world, tmp_path, capsys):
             tiny_world["wiki.txt"],
             "--writing_params_path",
             params,
-            "--max_epochs",
+            "--pretrain_epochs",
             1,
             "--resume",
             *TINY,
@@ -283,9 +394,10 @@ def test_training_outlives_its_tensorboard_folder(tiny_world, tmp_path, caplog):
             shutil.rmtree(end.writer.log_dir)
             removed.append(end.writer.log_dir)
 
+    recipe = dataclasses.replace(HANDOUT, pretrain_epochs=3, n_layer=2, n_head=2, n_embd=16, pretrain_batch_size=16)
     cfg = RunConfig(
-        "pretrain", "vanilla", tiny_world["wiki.txt"], writing_params_path=str(tmp_path / "p.params"), max_epochs=3,
-        n_layer=2, n_head=2, n_embd=16, batch_size=16, device="cpu", tensorboard_root=str(tmp_path / "expt"),
+        "pretrain", "vanilla", tiny_world["wiki.txt"], writing_params_path=str(tmp_path / "p.params"), recipe=recipe,
+        device="cpu", tensorboard_root=str(tmp_path / "expt"),
     )  # fmt: skip
     pipeline.pretrain(cfg, on_epoch_end=[remove_the_log])
     assert removed and (tmp_path / "p.params").exists() and read_facts(str(tmp_path / "p.params"))
@@ -369,7 +481,7 @@ def test_messy_files_run_end_to_end(tiny_world, tmp_path, capsys):
     assert (
         main(
             *finetune_args("vanilla", tmp_path / "wiki.txt", params, tiny_world["train.tsv"]),
-            "--max_epochs",
+            "--finetune_epochs_from_scratch",
             1,
             *TINY,
         )
@@ -423,7 +535,7 @@ def train_on_ranks(rank, world_size, port, wiki, results, rope=False, pairs=None
     config = TrainerConfig(
         max_epochs=2,
         batch_size=16 if pairs is None else 59,
-        aux_lm_weight=0.0 if pairs is None else 0.5,
+        lm_weight=0.0 if pairs is None else 0.5,
         learning_rate=3e-3,
         lr_decay=True,
         warmup_tokens=100,
@@ -475,7 +587,17 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
     wiki = tiny_world["wiki.txt"]
     pre, ft, out = tmp_path / "pre.params", tmp_path / "ft.params", tmp_path / "dev.predictions"
     commands = [
-        ["pretrain", "vanilla", wiki, "--writing_params_path", pre, "--max_epochs", 2, "--shifted_epochs", 1],
+        [
+            "pretrain",
+            "vanilla",
+            wiki,
+            "--writing_params_path",
+            pre,
+            "--pretrain_epochs",
+            2,
+            "--pretrain_stages",
+            "corpus+pairs; corpus+pairs epochs=1 lr=0.0006 max_shift=13 decay_epochs=1",  # then shifted examples
+        ],
         [
             "finetune",
             "vanilla",
@@ -486,7 +608,7 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
             ft,
             "--finetune_corpus_path",
             tiny_world["train.tsv"],
-            "--max_epochs",
+            "--finetune_epochs_from_pretrained",
             2,
         ],
         [
@@ -505,7 +627,7 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
         )
         assert done.returncode == 0, done.stderr[-3000:]
     assert pre.exists() and ft.exists() and not (tmp_path / "pre.params.ckpt").exists()
-    assert not list(tmp_path.glob("pre.params.unshifted*"))  # the first stage's files: rank 0 removed them
+    assert sorted(p.name for p in tmp_path.glob("pre.params*")) == ["pre.params", "pre.params.json"]  # no stage's files
     assert done.stdout.count("Correct: ") == 1 and "out of 24" in done.stdout
 
     single = tmp_path / "single.predictions"

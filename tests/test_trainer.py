@@ -1,5 +1,6 @@
 """The shared training loop: optimizer groups, the token-counted schedule, logging and learning."""
 
+import dataclasses
 import itertools
 import math
 
@@ -8,7 +9,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
+from config import HANDOUT
 from dataset import CharCorruptionDataset, NameDataset
+from errors import RunError
 from model import GPT, GPTConfig, variant_config
 from trainer import Trainer, TrainerConfig, lr_multiplier, parameter_groups
 from utils import set_seed
@@ -62,9 +65,9 @@ def test_weight_decay_groups_follow_the_course_rule(variant):
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert {names[id(p)] for p in decay["params"]} == course_decayed(variant)
     assert {names[id(p)] for p in no_decay["params"]} == {n for n in names.values() if n.endswith(".bias")}
-    assert TrainerConfig().decay_groups == "course"
-    with pytest.raises(ValueError, match="decay_groups"):
-        Trainer(model, None, None, TrainerConfig(decay_groups="nanogpt", device="cpu"))
+    assert TrainerConfig().decay_groups == HANDOUT.decay_groups == "course"
+    with pytest.raises(RunError, match="decay_groups"):  # every run's settings come from a Recipe, which checks them
+        dataclasses.replace(HANDOUT, decay_groups="nanogpt")
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer"])
