@@ -2,7 +2,7 @@
 run.py's command line as a config.RunConfig: the course's positional arguments and paths,
 the run's controls, and a flag for every Recipe field, generated from its type, default
 and comment (--dropout 0; a yes/no field as --group_by_length or --no-group_by_length).
-run.py and the research scripts in experiments/ parse with it; exit_status runs a
+run.py and the research scripts parse with it; exit_status runs a
 command and turns the one error type, RunError, into one line and exit code 2.
 """
 

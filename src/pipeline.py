@@ -1,7 +1,7 @@
 """
 The library API of a run: pretrain(cfg), finetune(cfg), evaluate(cfg) and recall(cfg)
 for a config.RunConfig, with no argparse inside. run.py is a thin command line over
-these; the research scripts in experiments/ call them with their own configurations
+these; the research scripts call them with their own configurations
 and on_epoch_end hooks (probes, snapshots).
 
 How a run flows: run.py's argv becomes a RunConfig (arguments.py); started() checks it
