@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -66,6 +67,27 @@ def one_line_error(capsys, *args):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     return err
+
+
+def another_value(field, value):
+    """A valid value of the Recipe field other than `value`; a field of a type not foreseen here fails the test."""
+    from config import Stage
+
+    if "choices" in field.metadata:
+        return next(choice for choice in field.metadata["choices"] if choice != value)
+    if field.type is bool:
+        return not value
+    if field.type is tuple:
+        return (*value, Stage("corpus", epochs=1))
+    if field.type == Optional[float]:
+        return 1e-3 if value is None else None
+    if field.type is str:
+        return "mlp" if value != "mlp" else "ln"
+    if field.type is int:
+        return value + 1
+    if field.type is float:
+        return value / 2 if value else 0.5
+    raise AssertionError(f"Recipe.{field.name}: no other value for a {field.type}")
 
 
 A5_DIRS = [ROOT.parent / "shared" / "data" / "a5", ROOT / "data"]

@@ -4,7 +4,6 @@ params.py: the facts beside a params file.
 """
 
 import dataclasses
-from typing import Optional
 
 import pytest
 import torch
@@ -12,30 +11,10 @@ import torch
 import checkpoint
 import params
 import pipeline
-from config import HANDOUT, Recipe, RunConfig, Stage
-from conftest import TINY, one_line_error
+from config import HANDOUT, Recipe, RunConfig
+from conftest import TINY, another_value, one_line_error
 from errors import RunError
 from params import read_facts, save_params_with_facts, write_facts
-
-
-def another_value(field, value):
-    """A valid value of the Recipe field other than `value`; a field of a type not foreseen here fails the test."""
-    if "choices" in field.metadata:
-        return next(choice for choice in field.metadata["choices"] if choice != value)
-    if field.type is bool:
-        return not value
-    if field.type is tuple:
-        return (*value, Stage("corpus", epochs=1))
-    if field.type == Optional[float]:
-        return 1e-3 if value is None else None
-    if field.type is str:
-        return "mlp" if value != "mlp" else "ln"
-    if field.type is int:
-        return value + 1
-    if field.type is float:
-        return value / 2 if value else 0.5
-    raise AssertionError(f"Recipe.{field.name}: no other value for a {field.type}")
-
 
 CFG = RunConfig("pretrain", "vanilla", "wiki.txt", writing_params_path="p.params")
 DATASET = range(2937)  # run_identity needs only the number of examples

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-from typing import Optional
 
 import pytest
 import torch
@@ -14,8 +13,8 @@ import torch
 import arguments
 import london_baseline
 import probed_pretraining
-from config import HANDOUT, RECIPES, Recipe, Stage
-from conftest import CPU_FLAGS, ROOT, SMALL, TINY, cli, evaluate_args, finetune_args, one_line_error
+from config import HANDOUT, RECIPES, Recipe
+from conftest import CPU_FLAGS, ROOT, SMALL, TINY, another_value, cli, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
@@ -485,23 +484,6 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
 def test_command_line_mistakes_are_one_line(args, message, tiny_world):
     code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
-
-
-def another_value(field, value):
-    """A valid value of the Recipe field other than `value`; a field of a type not foreseen here fails the test."""
-    if "choices" in field.metadata:
-        return next(choice for choice in field.metadata["choices"] if choice != value)
-    if field.type is tuple:
-        return (*value, Stage("corpus", epochs=1))
-    if field.type == Optional[float]:
-        return 1e-3 if value is None else None
-    if field.type is str:
-        return "mlp" if value != "mlp" else "ln"
-    if field.type is int:
-        return value + 1
-    if field.type is float:
-        return value / 2 if value else 0.5
-    raise AssertionError(f"Recipe.{field.name}: no other value for a {field.type}")
 
 
 def parsed(*flags):

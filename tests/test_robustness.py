@@ -136,34 +136,11 @@ def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_w
 
 def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
-    assert (
-        main(
-            "pretrain",
-            "vanilla",
-            tiny_world["wiki.txt"],
-            "--writing_params_path",
-            params,
-            "--pretrain_epochs",
-            1,
-            *TINY,
-        )
-        == 0
-    )
+    args = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--pretrain_epochs", 1]
+    args += TINY
+    assert main(*args) == 0
     assert params.exists() and not (tmp_path / "p.params.ckpt").exists()
-    assert (
-        main(
-            "pretrain",
-            "vanilla",
-            tiny_world["wiki.txt"],
-            "--writing_params_path",
-            params,
-            "--pretrain_epochs",
-            1,
-            "--keep_checkpoint",
-            *TINY,
-        )
-        == 0
-    )
+    assert main(*args, "--keep_checkpoint") == 0
     checkpoint = torch.load(tmp_path / "p.params.ckpt", weights_only=True)
     assert checkpoint["epoch"] == 1 and checkpoint["step"] == 6
     state = torch.load(params, weights_only=True)
