@@ -7,8 +7,9 @@ gets out of it, against the minutes spent pretraining.
 
 It pretrains as run.py would with these flags, saving the params every --every epochs
 (hooks.save_snapshots). Then, for every snapshot, it counts the birthplaces of the held-out
-people (--eval_corpus_path) that the model completes from their biographies (recall),
-finetunes a copy on --finetune_corpus_path with the recipe's finetuning and counts the
+people (--eval_corpus_path) that the model completes from their biographies (recall), from
+their names alone (name recall) and from their questions before finetuning (evaluation.PROBES;
+the same people each), finetunes a copy on --finetune_corpus_path with the recipe's finetuning and counts the
 held-out questions it answers (accuracy). It writes <out>/curve.csv, one row per snapshot,
 and prints the table; experiments/plot_curves.py draws it. The held-out people must not be
 among the finetuning pairs. Pretraining is skipped when <out>/pretrain.params exists (its
@@ -27,12 +28,13 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import build_parser, exit_status, parse, positive_int
-from evaluation import held_out_pairs
+from evaluation import PROBES, held_out_pairs
 from files import atomic_write
 from hooks import save_snapshots, snapshots
 from params import read_facts
 
-COLUMNS = ["epochs", "training_minutes", "recalled", "probed", "answered", "questions"]
+COLUMNS = ["epochs", "training_minutes", "recalled", "name_recalled", "question_recalled", "probed"]
+COLUMNS += ["answered", "questions"]
 
 
 def accuracy(cfg, snapshot, epochs, out):
@@ -64,13 +66,17 @@ def curve(cfg, every, out):
         pipeline.pretrain(cfg, [save_snapshots(every)])
     rows = []
     for epochs, snapshot in snapshots(params):
-        recalled, probed = pipeline.recall(dataclasses.replace(cfg, reading_params_path=snapshot))
+        probed_cfg = dataclasses.replace(cfg, reading_params_path=snapshot)
+        recalls = {name: pipeline.recall(probed_cfg, prompt) for name, prompt in PROBES.items()}
+        (recalled, probed), (by_name, _), (by_question, _) = recalls.values()
         answered, questions = accuracy(cfg, snapshot, epochs, out)
         minutes = read_facts(snapshot)["training_seconds"] / 60
-        rows.append(dict(zip(COLUMNS, [epochs, round(minutes, 3), recalled, probed, answered, questions])))
+        values = [epochs, round(minutes, 3), recalled, by_name, by_question, probed, answered, questions]
+        rows.append(dict(zip(COLUMNS, values)))
         print(
-            f"epoch {epochs} ({minutes:.1f} min): recalls {recalled} of {probed} ({recalled / max(1, probed):.1%}), "
-            f"answers {answered} of {questions} ({answered / max(1, questions):.1%})",
+            f"epoch {epochs} ({minutes:.1f} min): of {probed} recalls {recalled} from the biography, "
+            f"{by_name} from the name, {by_question} from the question; answers {answered} of {questions} "
+            f"({answered / max(1, questions):.1%}) after finetuning",
             flush=True,
         )
     table = io.StringIO()

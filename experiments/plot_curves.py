@@ -1,6 +1,7 @@
 """
 Draw learning curves written by experiments/learning_curve.py: recall and held-out accuracy
-against pretraining minutes, one line each per curve.
+against pretraining minutes, one line each per curve (and a dashed one for the recall from
+the name alone, where the curve has it).
 
     python experiments/plot_curves.py curves/vanilla/curve.csv curves/perceiver/curve.csv --out docs/cpu_curve.png \
         [--baseline 6.25 --baseline_label "most frequent place"]
@@ -21,18 +22,23 @@ from files import atomic_write
 
 
 def read_curve(path):
-    """[(minutes, recall %, accuracy %)] of a curve.csv, by minutes."""
+    """[(minutes, recall %, name recall % or None, accuracy %)] of a curve.csv, by minutes."""
     with open(path, encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
+
+    def percent(row, count, of):
+        return 100 * int(row[count]) / max(1, int(row[of])) if row.get(count) else None
+
     points = [
         (
             float(row["training_minutes"]),
-            100 * int(row["recalled"]) / max(1, int(row["probed"])),
-            100 * int(row["answered"]) / max(1, int(row["questions"])),
+            percent(row, "recalled", "probed"),
+            percent(row, "name_recalled", "probed"),
+            percent(row, "answered", "questions"),
         )
         for row in rows
     ]
-    return sorted(points)
+    return sorted(points, key=lambda point: point[0])
 
 
 def main(argv=None):
@@ -66,12 +72,14 @@ def main(argv=None):
 
     figure, (recall_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
     for label, points in zip(labels, curves):
-        minutes, recalls, accuracies = zip(*points) if points else ((), (), ())
-        recall_axes.plot(minutes, recalls, marker="o", label=label)
+        minutes, recalls, name_recalls, accuracies = zip(*points) if points else ((), (), (), ())
+        line = recall_axes.plot(minutes, recalls, marker="o", label=label)[0]
+        if all(value is not None for value in name_recalls):
+            recall_axes.plot(minutes, name_recalls, marker=".", linestyle="--", color=line.get_color())
         accuracy_axes.plot(minutes, accuracies, marker="o", label=label)
     if args.baseline is not None:
         accuracy_axes.axhline(args.baseline, color="gray", linestyle="--", label=args.baseline_label)
-    recall_axes.set_title("birthplaces recalled from the biographies")
+    recall_axes.set_title("birthplaces recalled from the biographies (dashed: from the names)")
     accuracy_axes.set_title("held-out questions answered after finetuning")
     for axes in (recall_axes, accuracy_axes):
         axes.set_xlabel("pretraining minutes")

@@ -1,14 +1,16 @@
 """
 How many held-out birthplaces a pretrained model has memorised, and where they are keyed:
-`python src/recall.py` (pipeline.recall) with the biography moved.
+`python src/recall.py` (pipeline.recall) with other prompts.
 
     python experiments/recall.py vanilla wiki.txt --reading_params_path pretrain.params \\
         --eval_corpus_path birth_dev.tsv [--positions] [--prefix TEXT ...]
 
-One line: the biographies as pretraining lays them out (the name at position 0). The
-position probe, --positions, adds three more with the biography moved away from position 0:
-after one space, after ten spaces, and after "Where was ", which puts the name where the
-finetuning questions have it (docs/cpu-recipe.md: "where the facts are keyed"); --prefix adds
+Three lines, one per probe of evaluation.PROBES, each over the same people: the biographies
+as pretraining lays them out (the name at position 0, every cue of the text before the
+place), the name alone ("NAME. NAME was born in "), and the question ("Where was NAME
+born?" and its mask). The position probe, --positions, adds three more with the biography
+moved away from position 0: after one space, after ten spaces, and after "Where was ", which
+puts the name where the finetuning questions have it (docs/cpu-recipe.md: "where the facts are keyed"); --prefix adds
 texts of one's own.
 """
 
@@ -19,6 +21,7 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import exit_status, params_parser, reading_config
+from evaluation import PROBES, after
 
 POSITIONS = [" ", " " * 10, "Where was "]
 
@@ -32,9 +35,10 @@ def main(argv=None):
     cfg = reading_config(args, eval_corpus_path=args.eval_corpus_path)
 
     def run():
-        for prefix in [None] + (POSITIONS if args.positions else []) + args.prefix:
-            recalled, probed = pipeline.recall(cfg, prefix)
-            label = "as pretraining lays it out" if prefix is None else f"after {prefix!r}"
+        probes = [(f"from the {name}", prompt) for name, prompt in PROBES.items()]
+        prefixes = (POSITIONS if args.positions else []) + args.prefix
+        for label, prompt in probes + [(f"the biography after {prefix!r}", after(prefix)) for prefix in prefixes]:
+            recalled, probed = pipeline.recall(cfg, prompt)
             print(f"{label}: recalls {recalled} of {probed} birthplaces ({recalled / max(1, probed):.1%})", flush=True)
 
     return exit_status("recall.py", run)

@@ -38,10 +38,11 @@ class Stage:
     lr: Optional[float] = None  # the peak learning rate; None: the recipe's pretrain_lr
     max_shift: Optional[int] = None  # examples start after 0..max_shift pads; None: the recipe's max_shift
     decay_epochs: Optional[int] = None  # the cosine's half period in epochs; None: the recipe's decay_epochs
+    pair_copies: int = 1  # the pairs' copies in each epoch (their share of the stage's examples)
 
     def __str__(self):
         fields = dataclasses.fields(self)[1:]
-        given = [f"{f.name}={getattr(self, f.name)}" for f in fields if getattr(self, f.name) is not None]
+        given = [f"{f.name}={getattr(self, f.name)}" for f in fields if getattr(self, f.name) != f.default]
         return " ".join([self.data, *given])
 
     @classmethod
@@ -101,6 +102,8 @@ class Recipe:
     pretrain_lr: float = 6e-3  # a stage's peak learning rate, where it gives none
     max_shift: int = nonnegative(0)  # a stage's examples start after 0..max_shift pads, where it gives none
     pretrain_stages: tuple = (Stage(),)  # pretraining, stage by stage (Stage; text: stages separated by ';')
+    full_names: bool = False  # the pretraining biographies name their person in full, not by surname (augment.py)
+    clause_dropout: float = nonnegative(0.0)  # each pretraining example leaves each clause out with this probability
     held_out_fraction: float = nonnegative(0.0)  # pretraining holds this part of the documents out, scored every epoch
     finetune_epochs_from_scratch: int = 75  # finetuning epochs without pretrained params
     finetune_epochs_from_pretrained: int = 10  # finetuning epochs from pretrained params
@@ -109,6 +112,8 @@ class Recipe:
     finetune_lr_from_scratch: Optional[float] = None  # the peak rate without pretrained params (None: finetune_lr)
     finetune_frozen: str = ""  # parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)
     finetune_lm_weight: float = nonnegative(0.0)  # GPT-1's auxiliary loss: this times the question's LM loss
+    finetune_people: str = choice("all", "biography", "name")  # or those the params recall from it
+    finetune_lora_rank: int = nonnegative(0)  # finetune rank-r adapters of the Linear weights alone (0: everything)
     warmup_tokens: int = nonnegative(512 * 20)  # the learning rate's linear warmup, in training tokens
     decay_epochs: int = 200  # the cosine's half period, in epochs (where a stage gives none)
     weight_decay: float = nonnegative(0.1)  # AdamW's, on the parameters decay_groups names
@@ -128,16 +133,18 @@ class Recipe:
                 check_number(field.name, value, at_least_zero=field.metadata.get("nonnegative", False))
             if value not in field.metadata.get("choices", (value,)):
                 raise RunError(f"{field.name} must be one of {', '.join(field.metadata['choices'])}, got {value!r}")
-        for name in ("dropout", "held_out_fraction"):
+        for name in ("dropout", "held_out_fraction", "clause_dropout"):
             if getattr(self, name) >= 1:
                 raise RunError(f"{name} must be below 1, got {getattr(self, name)}")
         if not self.pretrain_stages:
             raise RunError("pretrain_stages must hold at least one stage")
+        if self.clause_dropout and self.corrupt_by_epoch:
+            raise RunError("clause_dropout draws a view per example: it cannot go with corrupt_by_epoch")
         for number, stage in enumerate(self.stages(), 1):
             where = f"pretraining stage {number} ({stage})"
             if stage.data not in STAGE_DATA:
                 raise RunError(f"{where}: its data must be one of {', '.join(STAGE_DATA)}, got {stage.data!r}")
-            for name in ("epochs", "lr", "decay_epochs"):
+            for name in ("epochs", "lr", "decay_epochs", "pair_copies"):
                 check_number(f"{where}: {name}", getattr(stage, name))
             if not 0 <= stage.max_shift <= longest_shift(BLOCK_SIZE):
                 raise RunError(f"{where}: max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {stage.max_shift}")

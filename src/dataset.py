@@ -184,7 +184,10 @@ class CharCorruptionDataset(Dataset):
         return text[:, :-1], text[:, 1:]
 
     def __getitem__(self, idx):
-        document = self.data[idx]
+        return self.corrupted(self.data[idx])
+
+    def corrupted(self, document):
+        """The (x, y) of one span corruption of `document`, drawn with Python's random."""
         truncated = document[: random.randint(4, self.max_truncation)]
         n = len(truncated)
         masked_len = random.randint(1, max(1, n // 2 - 1))

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from dataset import MASK_CHAR, known_characters
+from dataset import MASK_CHAR
 from model import KVCache
 from utils import sample
 
@@ -226,7 +226,7 @@ def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):
     prompt(name, document_before_place) -> text gives the model other text to continue
     (e.g. the name alone in a fixed sentence) to ask where the memorised fact is keyed;
     the people probed are the same, the prompt's characters outside the vocabulary are
-    dropped, and a prompt left empty raises ValueError.
+    dropped (a MASK it holds stays), and a prompt left empty raises ValueError.
     Returns, per pair, True or False, or None where the person could not be probed.
     """
     context = model.get_block_size() - 1
@@ -241,7 +241,7 @@ def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):
         at = document.find(place)
         can_probe = 0 < at and at + len(place) <= context and all(c in stoi for c in document[: at + len(place)])
         if can_probe:
-            text = document[:at] if prompt is None else known_characters(prompt(name, document[:at]), stoi)[0]
+            text = document[:at] if prompt is None else "".join(c for c in prompt(name, document[:at]) if c in stoi)
             if not text:
                 raise ValueError(f"the prompt for {name} has no characters of the vocabulary")
             prompts.append(text)

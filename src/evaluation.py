@@ -1,15 +1,15 @@
 """
 What a model's answers are worth: the Evaluation of a question file (its predictions,
 their score and confidence), its details as JSON lines, and how many held-out
-birthplaces a pretrained model recalls from their biographies.
+birthplaces a pretrained model recalls, from their biographies or from their names alone.
 """
 
 import dataclasses
 import json
 import math
 
-from dataset import question_place_pairs
-from decoding import birthplace_recall
+from dataset import MASK_CHAR, question_place_pairs
+from decoding import birthplace_recall, recalled_places
 from errors import RunError
 from inputs import read_pairs
 
@@ -45,17 +45,38 @@ def held_out_pairs(path):
     return [(question, place) for _, question, place in read_pairs(path, "held-out pairs", question_place_pairs)]
 
 
-def recall(model, corpus, pairs, device, prefix=None):
+# What a recall probe gives the model to continue, per person: prompt(name, biography before the place).
+# "biography": the biography as pretraining lays it out, everything before the place (cues included);
+# "name": the name alone, in the corpus's title layout and a fixed sentence: is the fact keyed to it?
+# "question": the finetuning question and its mask, all a question gives (answers before finetuning).
+PROBES = {
+    "biography": lambda name, before: before,
+    "name": lambda name, before: f"{name}. {name} was born in ",
+    "question": lambda name, before: f"Where was {name} born?{MASK_CHAR}",
+}
+
+
+def after(prefix):
+    """The biography probe with the biography put after `prefix` (where is the fact keyed?)."""
+    return lambda name, before: prefix + before
+
+
+def recall(model, corpus, pairs, device, prompt=PROBES["biography"]):
     """
     (recalled, probed): of the pairs' people whose biography in the corpus names their
-    birthplace, how many the model completes from the biography (decoding.birthplace_recall),
-    the biography put after `prefix` if given.
+    birthplace, how many the model completes after `prompt` (PROBES, after;
+    decoding.birthplace_recall). Every probe counts the same people.
     """
-    prompt = None if prefix is None else (lambda name, before: prefix + before)
     try:
         return birthplace_recall(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device, prompt)
     except ValueError as e:  # a prefix outside the vocabulary
         raise RunError(str(e)) from None
+
+
+def recalled_pairs(model, corpus, pairs, device, prompt):
+    """The (question, place) pairs whose place the model completes after `prompt` (see recall)."""
+    recalled = recalled_places(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device, prompt)
+    return [pair for pair, known in zip(pairs, recalled) if known]
 
 
 def recall_line(recalled, probed):

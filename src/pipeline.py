@@ -26,13 +26,15 @@ from typing import Sequence
 import torch
 from torch.utils.data import ConcatDataset
 
+import adapters
 import checkpoint
+from augment import viewed
 from config import BLOCK_SIZE, CUDA_NUM_WORKERS, RunConfig, resolve_recipe
 from decoding import predict_answers
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from errors import RunError
-from evaluation import Evaluation, details_lines, held_out_pairs
-from evaluation import recall as recall_from_biographies
+from evaluation import PROBES, Evaluation, details_lines, held_out_pairs, recalled_pairs
+from evaluation import recall as probed_recall
 from files import PathInUse, atomic_write, exclusive_lock
 from inputs import check_config, encodable_questions, held_out_split, load_corpus, load_pairs, read_pairs, vocabulary
 from logs import EpochEnd, EpochHooks, HeldOutLoss, Hook, TensorBoardLog
@@ -247,33 +249,55 @@ def resumed_stage(cfg, stages):
 
 
 def stage_data(cfg, corpus, stage, hooks):
-    """(what the stage trains on, its epoch hooks): the corpus less any held-out part, and the mixed pairs."""
+    """
+    (what the stage trains on, its epoch hooks): the corpus less any held-out part, as the
+    recipe's views of it (augment.py), and pair_copies copies of the mixed pairs.
+    """
     parts, hooks = [], list(hooks)
     if "corpus" in stage.data and cfg.recipe.held_out_fraction:
         corpus, held_out = held_out_split(corpus, cfg.recipe.held_out_fraction, cfg.pretrain_corpus_path)
         hooks.insert(0, HeldOutLoss(held_out))
     if "corpus" in stage.data:
-        parts.append(corpus)
+        parts.append(viewed(corpus, cfg.recipe))
     if "pairs" in stage.data and cfg.mix_corpus_path:
-        parts.append(load_pairs(corpus, cfg.mix_corpus_path, "mixed corpus"))
+        parts += [load_pairs(corpus, cfg.mix_corpus_path, "mixed corpus")] * stage.pair_copies
     return (parts[0] if len(parts) == 1 else ConcatDataset(parts)), hooks
 
 
 def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
-    """Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path."""
+    """
+    Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path:
+    on every pair, or on those whose place the params recall (finetune_people), training
+    every weight but the frozen parts, or low-rank adapters merged into the weights at the end.
+    """
     with started(cfg) as (cfg, device):
         setup = build(cfg)
         r = cfg.recipe
         freeze(setup.model, r.frozen_parts())
         dataset = load_pairs(setup.corpus, cfg.finetune_corpus_path, "finetuning corpus")
         pretrained = bool(cfg.reading_params_path)
+        if r.finetune_people != "all":
+            keep_recalled(setup, dataset, PROBES[r.finetune_people], device)
+        if r.finetune_lora_rank:
+            adapters.add(setup.model, r.finetune_lora_rank)
         epochs = r.finetune_epochs_from_pretrained if pretrained else r.finetune_epochs_from_scratch
         lr = r.finetune_lr if pretrained or r.finetune_lr_from_scratch is None else r.finetune_lr_from_scratch
         # decay_epochs count epochs of the pretraining corpus, as in the course's code
         final_tokens = r.decay_epochs * len(setup.corpus) * BLOCK_SIZE
         training = dict(epochs=epochs, batch_size=r.finetune_batch_size, learning_rate=lr, final_tokens=final_tokens)
         train(cfg, setup, dataset, device, on_epoch_end, dict(training, pretraining=False))
+        adapters.merge(setup.model)
         finish(cfg, setup)
+
+
+def keep_recalled(setup, dataset, prompt, device):
+    """Leave in the finetuning dataset the pairs whose place the model completes after `prompt` alone."""
+    kept = recalled_pairs(setup.model, setup.corpus, dataset.data, device, prompt)
+    if not kept:
+        raise RunError("finetune_people: the params recall none of the finetuning people's birthplaces")
+    if launch_rank() == 0:
+        logger.info("finetuning on the %d of %d people the params recall", len(kept), len(dataset.data))
+    dataset.data = kept
 
 
 def freeze(model, parts):
@@ -314,11 +338,11 @@ def evaluate(cfg: RunConfig) -> Evaluation:
         return Evaluation(predictions, len(places or []), correct, answers, places)
 
 
-def recall(cfg: RunConfig, prefix=None):
+def recall(cfg: RunConfig, prompt=PROBES["biography"]):
     """
     (recalled, probed): how many birthplaces of eval_corpus_path's people the params at
-    reading_params_path complete from their biographies in the corpus (evaluation.recall),
-    each biography after `prefix` if given.
+    reading_params_path complete after `prompt` (evaluation.PROBES: from their biographies
+    in the corpus, from their names alone, or from their questions; evaluation.recall).
     """
     missing = [f"--{name}" for name in ("reading_params_path", "eval_corpus_path") if not getattr(cfg, name)]
     if missing:
@@ -326,4 +350,4 @@ def recall(cfg: RunConfig, prefix=None):
     cfg = resolved(dataclasses.replace(cfg, function="evaluate"))
     pairs = held_out_pairs(cfg.eval_corpus_path)
     setup = build(cfg)
-    return recall_from_biographies(setup.model, setup.corpus, pairs, start_device(cfg), prefix)
+    return probed_recall(setup.model, setup.corpus, pairs, start_device(cfg), prompt)

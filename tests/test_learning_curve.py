@@ -36,6 +36,8 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
         rows = list(csv.DictReader(f))
     assert [int(row["epochs"]) for row in rows] == [1, 2]
     assert all(int(row["probed"]) == int(row["questions"]) == 24 for row in rows)
+    for row in rows:  # every probe counts the same people
+        assert all(0 <= int(row[probe]) <= 24 for probe in ("recalled", "name_recalled", "question_recalled"))
     minutes = [float(row["training_minutes"]) for row in rows]
     assert 0 < minutes[0] < minutes[1]
 
@@ -65,17 +67,21 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     assert plot_curves.main([str(out / "curve.csv"), "--out", str(with_baseline), *flags]) == 0
     assert with_baseline.read_bytes() != picture.read_bytes()  # the reference line is drawn
 
-    # the position probe: as pretraining lays the biography out, it recalls what the curve's last row recalled
+    # the probes: each recalls what the curve's last row says, and the position probe moves the biography
     capsys.readouterr()
     common = ["vanilla", tiny_world["wiki.txt"], "--eval_corpus_path", tiny_world["dev.tsv"]]
     assert recall.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--positions"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith(f"as pretraining lays it out: recalls {rows[-1]['recalled']} of 24 ")
-    assert [line.split(":")[0] for line in lines[1:]] == ["after ' '", f"after {' ' * 10!r}", "after 'Where was '"]
+    last = rows[-1]
+    assert lines[0].startswith(f"from the biography: recalls {last['recalled']} of 24 ")
+    assert lines[1].startswith(f"from the name: recalls {last['name_recalled']} of 24 ")
+    assert lines[2].startswith(f"from the question: recalls {last['question_recalled']} of 24 ")
+    moved = ["the biography after ' '", f"the biography after {' ' * 10!r}", "the biography after 'Where was '"]
+    assert [line.split(":")[0] for line in lines[3:]] == moved
     assert all(" of 24 " in line for line in lines)
     assert recall.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--prefix", ""]) == 0
-    plain, empty_prefix = capsys.readouterr().out.splitlines()
-    assert plain.split(":")[1] == empty_prefix.split(":")[1]  # nothing before the biography: the same prompts
+    empty_prefix = capsys.readouterr().out.splitlines()[3]
+    assert lines[0].split(":")[1] == empty_prefix.split(":")[1]  # nothing before the biography: the same prompts
     assert recall.main([*common, "--reading_params_path", str(out / "missing.params")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("recall.py: error: ") and err.endswith("missing.params does not exist"), err

@@ -7,9 +7,11 @@ import stat
 import pytest
 import torch
 
+import decoding
 import files
-from dataset import CharCorruptionDataset
+from dataset import MASK_CHAR, CharCorruptionDataset
 from decoding import birthplace_recall, recalled_places
+from evaluation import PROBES, recalled_pairs
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig
 from utils import evaluate_places, sample, score_line, set_seed
@@ -135,8 +137,9 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
     assert before == (0, 6) and after == (6, 6)
     per_pair = recalled_places(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
     assert per_pair == [True] * 6 + [None, None]  # Greta's place is not in her document; Hugo has none
-    for prompt in (lambda name, before: before, lambda name, _: f"{name}. {name} was born in "):
+    for prompt in (PROBES["biography"], PROBES["name"]):
         assert birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu", prompt) == (6, 6)
+    assert recalled_pairs(model, corpus, pairs, "cpu", PROBES["name"]) == pairs[:6]  # finetune_people's choice
     names = [name for name, _ in people]
     neighbour = dict(zip(names, names[1:] + names[:1]))  # every prompt names another person, born elsewhere
     swapped = birthplace_recall(
@@ -149,6 +152,21 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
         prompt=lambda name, _: f"{neighbour[name]}. {neighbour[name]} was born in ",
     )
     assert swapped == (0, 6)
+
+
+def test_the_question_probe_asks_the_question_with_its_mask(monkeypatch):
+    corpus = CharCorruptionDataset("Ada Berg. Ada Berg was born in Oslo .\nWhere? Here.\n", 128)
+    asked = []
+
+    def completions(model, prompts, *args, **kwargs):
+        asked.extend(prompts)
+        return ["Oslo" for _ in prompts]
+
+    monkeypatch.setattr(decoding, "greedy_completions", completions)
+    pairs = [("Where was Ada Berg born?", "Oslo")]
+    model = GPT(GPTConfig(corpus.vocab_size, 128, n_layer=1, n_head=1, n_embd=8))
+    assert birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu", PROBES["question"]) == (1, 1)
+    assert asked == [f"Where was Ada Berg born?{MASK_CHAR}"]
 
 
 def test_score_line_keeps_the_course_format_with_a_readable_percentage():

@@ -1,0 +1,44 @@
+"""
+Low-rank adapters (LoRA, Hu et al. 2021) for a lighter finetuning (Recipe.finetune_lora_rank):
+every Linear weight W of the model is trained as W + B A, with W frozen, A (rank, in)
+drawn small and B (out, rank) zero, so that finetuning starts from the pretrained model
+exactly. Everything else (embeddings, LayerNorms, biases) stays frozen. Built on
+torch.nn.utils.parametrize; merge() folds B A into W, so that the params file is the
+plain state_dict of the model, as every other.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+
+class LowRankDelta(nn.Module):
+    """The parametrization W -> W + B A of a (out, in) weight."""
+
+    def __init__(self, weight, rank):
+        super().__init__()
+        out_features, in_features = weight.shape
+        self.A = nn.Parameter(torch.randn(rank, in_features, dtype=weight.dtype) / math.sqrt(in_features))
+        self.B = nn.Parameter(torch.zeros(out_features, rank, dtype=weight.dtype))
+
+    def forward(self, weight):
+        return weight + self.B @ self.A
+
+
+def add(model, rank):
+    """Freeze every parameter of the model and give each Linear weight a rank-`rank` adapter."""
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            parametrize.register_parametrization(module, "weight", LowRankDelta(module.weight, rank))
+
+
+def merge(model):
+    """Fold the adapters into the weights (W + B A) and remove them; no-op without adapters."""
+    for module in model.modules():
+        if parametrize.is_parametrized(module, "weight"):
+            parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+            module.weight.requires_grad_(True)

@@ -1,0 +1,127 @@
+"""The levers that key a stored fact to a name: views of the biographies, the pairs' share, lighter finetuning."""
+
+import random
+
+import pytest
+import torch
+
+import adapters
+import pipeline
+from augment import ClauseViews, clause_view, full_named
+from config import RunConfig, Stage, parse_stages
+from conftest import SMALL, finetune_args, run_main
+from dataset import MASK_CHAR, CharCorruptionDataset
+from inputs import load_corpus
+from model import GPT, GPTConfig
+from params import read_facts
+
+
+def test_full_names_replace_a_lone_surname_and_a_sentence_starting_pronoun():
+    assert full_named("Stanley Corrsin. Corrsin was born in Philadelphia .") == (
+        "Stanley Corrsin. Stanley Corrsin was born in Philadelphia ."
+    )
+    assert full_named("Jeanne Deroin. Born in Paris, Deroin became a seamstress .") == (
+        "Jeanne Deroin. Born in Paris, Jeanne Deroin became a seamstress ."
+    )
+    assert full_named("Ada Berg. She was born in Oslo . He met her there .") == (
+        "Ada Berg. Ada Berg was born in Oslo . Ada Berg met her there ."
+    )
+    unchanged = [
+        "Lucy Toulmin Smith. Lucy Toulmin Smith was born at Boston, of Joshua Toulmin Smith .",  # a relative
+        "Peeter van Bredael. Pieter van Bredael was born at Antwerp .",  # a particle of the name
+        "Madonna. Madonna was born in Bay City .",  # one word
+        "Stephen Carter, Baron Carter of Barnes. Carter was born in London .",  # a title
+        "Elfie W%C3%B6rner. Wörner was born in Hamburg .",  # the name spelt otherwise in the text
+        "Joel Honig. Born in Chicago, where he studied .",  # a pronoun inside a sentence
+    ]
+    assert [full_named(document) for document in unchanged] == unchanged
+
+
+def test_a_clause_view_keeps_the_name_and_draws_other_clauses_each_time():
+    document = "Ada Berg. Born in Oslo, Ada Berg studied in Lima, then in Paris . She painted ."
+    assert clause_view(document, 0.0) == document
+    rng = random.Random(0)
+    views = {clause_view(document, 0.5, rng) for _ in range(200)}
+    assert len(views) > 5 and all(view.startswith("Ada Berg. ") for view in views)
+    clauses = ["Born in Oslo,", "Ada Berg studied in Lima,", "then in Paris .", "She painted ."]
+    for view in views:  # the clauses kept, in their order, at least one
+        kept = view.removeprefix("Ada Berg. ").split(" ")
+        assert " ".join(kept) in {" ".join(c for c, k in zip(clauses, mask) if k) for mask in masks(len(clauses))}
+    assert all(len(clause_view(document, 0.999, rng)) > len("Ada Berg. ") for _ in range(50))
+
+
+def masks(n):
+    return [[(bits >> i) & 1 for i in range(n)] for bits in range(1, 2**n)]
+
+
+def test_clause_views_are_span_corruptions_of_views():
+    corpus = CharCorruptionDataset("Ada Berg. Born in Oslo, Ada Berg studied in Lima .\nBo Li. Li sang .\n", 128)
+    views = ClauseViews(corpus, 0.5)
+    assert len(views) == len(corpus)
+    random.seed(0)
+    for _ in range(20):
+        x, y = views[0]
+        assert x.shape == y.shape == (127,) and torch.equal(x[1:], y[:-1])
+        text = "".join(corpus.itos[int(i)] for i in x)
+        assert text.count(MASK_CHAR) == 2
+
+
+def test_pair_copies_set_the_pairs_share_of_a_stage(tiny_world):
+    stages = parse_stages("pairs pair_copies=3; corpus+pairs epochs=2 pair_copies=2; corpus")
+    assert stages[0] == Stage("pairs", pair_copies=3) and str(stages[1]) == "corpus+pairs epochs=2 pair_copies=2"
+    assert str(stages[2]) == "corpus"
+    cfg = RunConfig("pretrain", "vanilla", tiny_world["wiki.txt"], mix_corpus_path=tiny_world["train.tsv"])
+    corpus = load_corpus(tiny_world["wiki.txt"])
+    sizes = [len(pipeline.stage_data(cfg, corpus, stage, [])[0]) for stage in stages]
+    assert sizes == [3 * 60, len(corpus) + 2 * 60, len(corpus)]
+
+
+def test_low_rank_adapters_start_from_the_model_and_merge_into_plain_weights():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(30, 16, n_layer=2, n_head=2, n_embd=16))
+    model.eval()
+    x = torch.randint(0, 30, (2, 9))
+    before = model(x)[0]
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    adapters.add(model, 4)
+    assert torch.equal(model(x)[0], before)  # B starts at zero
+    trained = [name for name, parameter in model.named_parameters() if parameter.requires_grad]
+    assert trained and all(name.endswith((".A", ".B")) for name in trained)
+    for name, parameter in model.named_parameters():
+        if name.endswith(".B"):
+            parameter.data.normal_()
+    moved = model(x)[0]
+    adapters.merge(model)
+    assert sorted(model.state_dict()) == sorted(state)  # a plain state_dict again
+    assert torch.allclose(model(x)[0], moved, atol=1e-5)
+    changed = {name for name, tensor in model.state_dict().items() if not torch.equal(tensor, state[name])}
+    linear = {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert changed == linear
+
+
+@pytest.mark.slow
+def test_finetuning_with_adapters_or_on_recalled_people_from_the_command_line(tiny_world, tmp_path, capsys):
+    corpus, train = tiny_world["wiki.txt"], tiny_world["train.tsv"]
+    pretrained = tmp_path / "pretrain.params"
+    flags = ["--full_names", "--clause_dropout", "0.2", "--pretrain_stages", "pairs pair_copies=2; corpus+pairs"]
+    args = ["pretrain", "vanilla", corpus, "--writing_params_path", pretrained, "--mix_corpus_path", train]
+    assert run_main(*args, "--pretrain_epochs", "2", *flags, *SMALL) == 0
+    assert read_facts(str(pretrained))["command"].count("pair_copies=2") == 1
+
+    finetuned = tmp_path / "lora.params"
+    from_pretrained = ["--reading_params_path", pretrained, *SMALL]
+    args = finetune_args("vanilla", corpus, finetuned, train)
+    assert run_main(*args, *from_pretrained, "--finetune_lora_rank", "2") == 0
+    before, after = torch.load(pretrained, weights_only=True), torch.load(finetuned, weights_only=True)
+    assert sorted(before) == sorted(after)
+    assert all(torch.equal(before[name], after[name]) for name in before if not name.endswith("weight"))
+
+    # two epochs of pretraining store nobody's birthplace: said in one line, nothing written
+    chosen = tmp_path / "chosen.params"
+    capsys.readouterr()
+    assert (
+        run_main(*finetune_args("vanilla", corpus, chosen, train), *from_pretrained, "--finetune_people", "name") == 2
+    )
+    said = capsys.readouterr().err.strip().splitlines()[-1]  # after the warning about the tiny world's "?"
+    assert said == "run.py: error: finetune_people: the params recall none of the finetuning people's birthplaces"
+    assert not chosen.exists()
