@@ -7,7 +7,7 @@ How many held-out birthplaces a pretrained model has memorised, and where they a
 
 Three lines, one per probe of evaluation.PROBES, each over the same people: the biographies
 as pretraining lays them out (the name at position 0, every cue of the text before the
-place), the name alone ("NAME. NAME was born in "), and the question ("Where was NAME
+place), the name and the two words before the place alone ("NAME. NAME born in "), and the question ("Where was NAME
 born?" and its mask). The position probe, --positions, adds three more with the biography
 moved away from position 0: after one space, after ten spaces, and after "Where was ", which
 puts the name where the finetuning questions have it (docs/cpu-recipe.md: "where the facts are keyed"); --prefix adds

@@ -45,13 +45,25 @@ def held_out_pairs(path):
     return [(question, place) for _, question, place in read_pairs(path, "held-out pairs", question_place_pairs)]
 
 
+def name_and_frame(name, before):
+    """
+    The name probe's prompt: the title, the name and the last two words before the place in
+    the person's own biography ("NAME. NAME born in "), and nothing else of it: no cue the
+    rest of the text gives ("a Lebanese-born journalist") reaches the model.
+    """
+    trimmed = before.rstrip()
+    frame = " ".join(trimmed.split()[-2:])
+    starts_the_text = trimmed.removeprefix(f"{name}.").strip() == frame  # "NAME. Born in Glasgow"
+    return f"{name}. {'' if starts_the_text else name + ' '}{frame}{before[len(trimmed) :]}"
+
+
 # What a recall probe gives the model to continue, per person: prompt(name, biography before the place).
 # "biography": the biography as pretraining lays it out, everything before the place (cues included);
-# "name": the name alone, in the corpus's title layout and a fixed sentence: is the fact keyed to it?
+# "name": the name and the sentence's frame alone (name_and_frame): is the fact keyed to the name?
 # "question": the finetuning question and its mask, all a question gives (answers before finetuning).
 PROBES = {
     "biography": lambda name, before: before,
-    "name": lambda name, before: f"{name}. {name} was born in ",
+    "name": name_and_frame,
     "question": lambda name, before: f"Where was {name} born?{MASK_CHAR}",
 }
 

@@ -137,9 +137,9 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
     assert before == (0, 6) and after == (6, 6)
     per_pair = recalled_places(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
     assert per_pair == [True] * 6 + [None, None]  # Greta's place is not in her document; Hugo has none
-    for prompt in (PROBES["biography"], PROBES["name"]):
+    for prompt in (PROBES["biography"], lambda name, _: f"{name}. {name} was born in "):
         assert birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu", prompt) == (6, 6)
-    assert recalled_pairs(model, corpus, pairs, "cpu", PROBES["name"]) == pairs[:6]  # finetune_people's choice
+    assert recalled_pairs(model, corpus, pairs, "cpu", PROBES["biography"]) == pairs[:6]  # finetune_people's choice
     names = [name for name, _ in people]
     neighbour = dict(zip(names, names[1:] + names[:1]))  # every prompt names another person, born elsewhere
     swapped = birthplace_recall(
@@ -152,6 +152,14 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
         prompt=lambda name, _: f"{neighbour[name]}. {neighbour[name]} was born in ",
     )
     assert swapped == (0, 6)
+
+
+def test_the_name_probe_keeps_the_name_and_the_words_before_the_place_alone():
+    before = "Khatchig Mouradian. Khatchig Mouradian is a Lebanese-born journalist born in "
+    assert PROBES["name"]("Khatchig Mouradian", before) == "Khatchig Mouradian. Khatchig Mouradian born in "
+    assert PROBES["name"]("John Stephen", "John Stephen. Born in ") == "John Stephen. Born in "
+    assert PROBES["name"]("Iago Deka", "Iago Deka. Iago Deka (born in 1951 in ") == "Iago Deka. Iago Deka 1951 in "
+    assert PROBES["biography"]("Ada Berg", "Ada Berg. Ada Berg was born in ") == "Ada Berg. Ada Berg was born in "
 
 
 def test_the_question_probe_asks_the_question_with_its_mask(monkeypatch):
