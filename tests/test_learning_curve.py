@@ -85,3 +85,28 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     assert recall.main([*common, "--reading_params_path", str(out / "missing.params")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("recall.py: error: ") and err.endswith("missing.params does not exist"), err
+
+
+def test_demo_study_takes_recipe_flags_and_names_what_differs_from_the_demo(tmp_path, capsys):
+    import json
+
+    import demo_study
+
+    argv = ["--split", "tune", "--world", "--n_train 30 --n_dev 20 --bios_per_person 3", "--out", str(tmp_path)]
+    flags = ["--pretrain_epochs", "2", "--n_layer", "2", "--n_embd", "32", "--finetune_lora_rank", "2"]
+    flags += ["--pretrain_stages", "corpus+pairs pair_copies=2", "--finetune_epochs_from_pretrained", "2"]
+    assert demo_study.main([*argv, *flags]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["recipe"] == {
+        "n_layer": 2,
+        "n_embd": 32,
+        "pretrain_epochs": 2,
+        "pretrain_stages": "corpus+pairs pair_copies=2",
+        "finetune_epochs_from_pretrained": 2,
+        "finetune_lora_rank": 2,
+    }
+    assert row["scored"] == 6 and row["finetune_only"] is None  # the last fifth of 30 training people
+    for probe in ("recalled", "name_recalled"):
+        recalled, probed = map(int, row[probe].split("/"))
+        assert 0 <= recalled <= probed <= 6
+    assert 0 <= row["pretrain_finetune"] <= 6 and (tmp_path / "finetune.params.details").exists()
