@@ -10,10 +10,14 @@
 #                                 pretraining on 2 cores; docs/cpu-recipe.md)
 #   ./run.sh --pretrain_epochs 1 ...   any run.py flags, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)
+#   ./run.sh --jobs 5             the trainings side by side on one device, each with its share of
+#                                 the host's threads (and, on CUDA, DataLoader workers) and its own
+#                                 log in logs/; a failed one is named with its log, the others go on
+#   VARIANTS="vanilla rope" ./run.sh   only these pretrained variants (default: all four)
 #
 #   ./run.sh demo                 no data and no GPU needed: the experiment on a generated world (docs/demo.md)
 #
-# Stops at the first failing command. PYTHON picks the interpreter (default: python3).
+# Without --jobs, stops at the first failing command. PYTHON picks the interpreter (default: python3).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -101,7 +105,26 @@ if [[ ${1:-} == demo ]]; then
   exit
 fi
 
-OVERRIDES=("$@")
+JOBS=1
+OVERRIDES=()
+while (( $# )); do
+  case $1 in
+    --jobs) JOBS=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
+    --jobs=*) JOBS=${1#--jobs=}; shift ;;
+    *) OVERRIDES+=("$1"); shift ;;
+  esac
+done
+if ! [[ $JOBS =~ ^[1-9][0-9]*$ ]]; then
+  echo "run.sh: --jobs takes a positive number of trainings to run at once, got '$JOBS'" >&2
+  exit 2
+fi
+read -r -a VARIANT_LIST <<< "${VARIANTS:-vanilla perceiver synthesizer rope}"
+for variant in ${VARIANT_LIST[@]+"${VARIANT_LIST[@]}"}; do
+  case $variant in
+    vanilla | perceiver | synthesizer | rope) ;;
+    *) echo "run.sh: VARIANTS: unknown variant '$variant' (vanilla, perceiver, synthesizer, rope)" >&2; exit 2 ;;
+  esac
+done
 
 for f in wiki.txt birth_places_train.tsv birth_dev.tsv birth_test_inputs.tsv; do
   if [[ ! -f $f && ! -f data/$f ]]; then
@@ -110,41 +133,50 @@ for f in wiki.txt birth_places_train.tsv birth_dev.tsv birth_test_inputs.tsv; do
   fi
 done
 
+CUDA=1
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  CUDA=0
   echo "run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)" >&2
-  OVERRIDES=(--recipe cpu "$@")  # first, so that a --recipe among the overrides wins
+  OVERRIDES=(--recipe cpu ${OVERRIDES[@]+"${OVERRIDES[@]}"})  # first, so that a --recipe among the overrides wins
 fi
 
-RESULTS=()
+# With --jobs N, each training gets N-th of the host's cores as threads (OMP_NUM_THREADS, unless
+# set already) and, on CUDA, a few DataLoader workers beside them; the flags given win.
+JOB_FLAGS=()
+if (( JOBS > 1 )); then
+  cores=$("$PY" -c 'import os; print(os.cpu_count() or 1)')
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( cores / JOBS > 1 ? cores / JOBS : 1 ))}
+  if (( CUDA )); then
+    JOB_FLAGS=(--num_workers $(( OMP_NUM_THREADS > 2 ? OMP_NUM_THREADS - 1 : 1 )))
+  fi
+fi
+LOGS=logs
 
 run_py() {  # (the ${a[@]+...} form keeps empty arrays working under set -u in bash 3, as on macOS)
-  run_echoed "$PY" src/run.py "$@" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
+  run_echoed "$PY" src/run.py "$@" ${JOB_FLAGS[@]+"${JOB_FLAGS[@]}"} ${OVERRIDES[@]+"${OVERRIDES[@]}"}
 }
 
-evaluate() {  # evaluate NAME VARIANT PARAMS PREFIX [FLAGS...]: dev and test predictions, dev accuracy kept
+evaluate() {  # evaluate NAME VARIANT PARAMS PREFIX [FLAGS...]: dev and test predictions, the dev score in logs/
   local name=$1 variant=$2 params=$3 prefix=$4
   shift 4
   local out
   out=$(step "$name: dev" run_py evaluate "$variant" wiki.txt "$@" --reading_params_path "$params" \
         --eval_corpus_path birth_dev.tsv --outputs_path "$prefix.dev.predictions")
   echo "$out"
-  RESULTS+=("$name|${out#Correct: }")
+  echo "${out#Correct: }" > "$LOGS/$prefix.dev.score"
   step "$name: test" run_py evaluate "$variant" wiki.txt "$@" --reading_params_path "$params" \
     --eval_corpus_path birth_test_inputs.tsv --outputs_path "$prefix.test.predictions"
 }
 
-london=$(step "London baseline" run_echoed "$PY" src/london_baseline.py birth_dev.tsv)
-echo "$london"
-echo "$london" > london_baseline_accuracy.txt
-RESULTS+=("London baseline|${london#Correct: }")
-
-step "vanilla without pretraining" run_py finetune vanilla wiki.txt \
-  --writing_params_path vanilla.model.params --finetune_corpus_path birth_places_train.tsv
-evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain
+without_pretraining() {
+  step "vanilla without pretraining" run_py finetune vanilla wiki.txt \
+    --writing_params_path vanilla.model.params --finetune_corpus_path birth_places_train.tsv
+  evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain
+}
 
 BOTTLENECK=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import HANDOUT_BOTTLENECK_DIM; print(HANDOUT_BOTTLENECK_DIM)')
-for variant in vanilla perceiver synthesizer rope; do
-  flags=()
+with_pretraining() {  # with_pretraining VARIANT
+  local variant=$1 flags=()
   [[ $variant == perceiver ]] && flags=(--bottleneck_dim "$BOTTLENECK")
   step "$variant pretraining" run_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --writing_params_path "$variant.pretrain.params"
@@ -152,13 +184,63 @@ for variant in vanilla perceiver synthesizer rope; do
     --reading_params_path "$variant.pretrain.params" --writing_params_path "$variant.finetune.params" \
     --finetune_corpus_path birth_places_train.tsv
   evaluate "$variant with pretraining" "$variant" "$variant.finetune.params" "$variant.pretrain" ${flags[@]+"${flags[@]}"}
+}
+
+# The trainings, as "row name|predictions prefix|command"; the table's rows come in this order.
+TRAININGS=("vanilla without pretraining|vanilla.nopretrain|without_pretraining")
+for variant in ${VARIANT_LIST[@]+"${VARIANT_LIST[@]}"}; do
+  TRAININGS+=("$variant with pretraining|$variant.pretrain|with_pretraining $variant")
 done
+
+mkdir -p "$LOGS"
+for training in "${TRAININGS[@]}"; do
+  IFS="|" read -r _ prefix _ <<< "$training"
+  rm -f "$LOGS/$prefix.dev.score"  # a score left by an earlier run is not this run's
+done
+
+london=$(step "London baseline" run_echoed "$PY" src/london_baseline.py birth_dev.tsv)
+echo "$london"
+echo "$london" > london_baseline_accuracy.txt
+
+FAILED=()
+if (( JOBS == 1 )); then
+  for training in "${TRAININGS[@]}"; do
+    IFS="|" read -r _ _ command <<< "$training"
+    $command
+  done
+else
+  echo "== the trainings, $JOBS at a time, $OMP_NUM_THREADS thread(s) each; their logs in $LOGS/" >&2
+  PIDS=()
+  for training in "${TRAININGS[@]}"; do
+    IFS="|" read -r name prefix command <<< "$training"
+    while (( $(jobs -pr | wc -l) >= JOBS )); do sleep 1; done
+    echo "== started: $name ($LOGS/$prefix.log)" >&2
+    $command > "$LOGS/$prefix.log" 2>&1 &
+    PIDS+=($!)
+  done
+  for i in "${!TRAININGS[@]}"; do
+    IFS="|" read -r name prefix _ <<< "${TRAININGS[$i]}"
+    if wait "${PIDS[$i]}"; then
+      echo "== finished: $name" >&2
+    else
+      echo "run.sh: $name failed: see $LOGS/$prefix.log" >&2
+      FAILED+=("$name")
+    fi
+  done
+fi
 
 {
   echo
   echo "| run | dev: correct out of total: accuracy |"
   echo "| --- | --- |"
-  for row in "${RESULTS[@]}"; do
-    echo "| ${row%%|*} | ${row#*|} |"
+  echo "| London baseline | ${london#Correct: } |"
+  for training in "${TRAININGS[@]}"; do
+    IFS="|" read -r name prefix _ <<< "$training"
+    if [[ -f $LOGS/$prefix.dev.score ]]; then
+      echo "| $name | $(cat "$LOGS/$prefix.dev.score") |"
+    else
+      echo "| $name | failed: see $LOGS/$prefix.log |"
+    fi
   done
 } | tee results.md
+(( ${#FAILED[@]} == 0 ))

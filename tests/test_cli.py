@@ -607,6 +607,81 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
         assert (tmp_path / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
 
 
+def assignment_copy(folder):
+    """A folder with run.sh, src/ and a small generated world as the assignment's four files."""
+    folder.mkdir()
+    shutil.copy(ROOT / "run.sh", folder)
+    (folder / "src").symlink_to(ROOT / "src")
+    write_world(folder, n_train=40, n_dev=10, n_test=10, n_places=8)
+    return folder
+
+
+def run_sh(folder, *args, **env):
+    smoke = ["--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, *SMOKE_FINETUNING, *SMALL]
+    environment = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", **env}
+    command = ["bash", "run.sh", *smoke, *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=folder, timeout=600, env=environment)
+
+
+@pytest.mark.slow
+def test_run_sh_jobs_trains_side_by_side_to_the_sequential_results(tmp_path):
+    """--jobs 2 with one thread per training ends with the table and predictions of the sequential run's."""
+    one_thread = dict(OMP_NUM_THREADS="1", VARIANTS="vanilla rope")
+    sequential, side_by_side = assignment_copy(tmp_path / "sequential"), assignment_copy(tmp_path / "jobs")
+    done = run_sh(sequential, **one_thread)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_sh(side_by_side, "--jobs", "2", **one_thread)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the trainings, 2 at a time, 1 thread(s) each" in done.stderr
+    assert " src/run.py " not in done.stderr  # each training's commands and bars went to its own log
+    table = (side_by_side / "results.md").read_text(encoding="utf-8")
+    assert table == (sequential / "results.md").read_text(encoding="utf-8")
+    rows = [row.split("|")[1].strip() for row in table.splitlines()[3:]]
+    assert rows == [
+        "London baseline",
+        "vanilla without pretraining",
+        "vanilla with pretraining",
+        "rope with pretraining",
+    ]
+    for prefix in ["vanilla.nopretrain", "vanilla.pretrain", "rope.pretrain"]:
+        for split in ("dev", "test"):
+            name = f"{prefix}.{split}.predictions"
+            assert (side_by_side / name).read_bytes() == (sequential / name).read_bytes(), name
+        assert " src/run.py evaluate " in (side_by_side / "logs" / f"{prefix}.log").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_run_sh_jobs_names_a_failed_training_and_keeps_the_others(tmp_path):
+    folder = assignment_copy(tmp_path / "run")
+    # a latent length the block cannot hold: the perceiver's pretraining refuses it, vanilla has no use for it
+    done = run_sh(folder, "--jobs", "2", "--bottleneck_dim", "200", OMP_NUM_THREADS="1", VARIANTS="perceiver")
+    assert done.returncode == 1
+    assert "run.sh: perceiver with pretraining failed: see logs/perceiver.pretrain.log" in done.stderr.splitlines()
+    assert "bottleneck_dim 200" in (folder / "logs" / "perceiver.pretrain.log").read_text(encoding="utf-8")
+    rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()[4:]
+    assert re.fullmatch(r"\| vanilla without pretraining \| \d+ out of 10: [\d.]+% \|", rows[0]), rows
+    assert rows[1] == "| perceiver with pretraining | failed: see logs/perceiver.pretrain.log |"
+    assert (folder / "vanilla.nopretrain.test.predictions").exists()
+
+
+VARIANT_NAMES = "(vanilla, perceiver, synthesizer, rope)"
+
+
+def test_run_sh_refuses_a_bad_jobs_count_or_variant():
+    for args, env, said in [
+        (["--jobs", "0"], {}, "run.sh: --jobs takes a positive number of trainings to run at once, got '0'"),
+        (["--jobs"], {}, "run.sh: --jobs takes a positive number of trainings to run at once, got ''"),
+        (
+            [],
+            {"VARIANTS": "vanilla gpt"},
+            "run.sh: VARIANTS: unknown variant 'gpt' (vanilla, perceiver, synthesizer, rope)",
+        ),
+    ]:
+        done = subprocess.run(["bash", str(ROOT / "run.sh"), *args], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **env})  # fmt: skip
+        assert done.returncode == 2 and done.stderr.strip() == said, done.stderr
+
+
 REDUCED_DEMO = "--n_train 30 --n_dev 20 --n_test 1 --n_places 10 --bios_per_person 3 --shuffle_sentences --full_names"
 
 
