@@ -56,6 +56,22 @@ class TensorBoardLog:
         self.call("close")
 
 
+def scalar_series(log_root, tag="train/epoch_loss"):
+    """
+    {run folder: [(step, value)]} of one scalar in every TensorBoard run under log_root
+    (e.g. expt/pretrain: each pretraining's loss by epoch), for plotting outside TensorBoard.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    series = {}
+    for folder in sorted(os.listdir(log_root)) if os.path.isdir(log_root) else []:
+        events = EventAccumulator(os.path.join(log_root, folder))
+        events.Reload()
+        if tag in events.Tags().get("scalars", []):
+            series[folder] = [(event.step, event.value) for event in events.Scalars(tag)]
+    return series
+
+
 @dataclasses.dataclass
 class EpochEnd:
     """What an on_epoch_end hook is given, on rank 0 after every epoch."""

@@ -1,8 +1,12 @@
-"""The demo notebook mingpt-demo/play_char.ipynb: committed without outputs, and it runs top to bottom and learns."""
+"""
+The notebooks: mingpt-demo/play_char.ipynb (a character-level GPT on a text) and
+assignment.ipynb (the assignment on Colab), committed without outputs, run top to bottom.
+"""
 
 import json
 import os
 import sys
+import zipfile
 
 import pytest
 
@@ -12,6 +16,7 @@ nbformat = pytest.importorskip("nbformat")
 
 NOTEBOOK_DIR = ROOT / "mingpt-demo"
 NOTEBOOK = NOTEBOOK_DIR / "play_char.ipynb"
+ASSIGNMENT = ROOT / "assignment.ipynb"
 
 # Appended in memory after the last cell: the results the notebook leaves in its variables.
 REPORT = (
@@ -21,8 +26,9 @@ REPORT = (
 )
 
 
-def test_committed_without_outputs():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+@pytest.mark.parametrize("notebook", [NOTEBOOK, ASSIGNMENT], ids=["play_char", "assignment"])
+def test_committed_without_outputs(notebook):
+    nb = nbformat.read(notebook, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.kernelspec.name == "python3"
     code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
@@ -40,14 +46,13 @@ def stdout_of(cell):
     )
 
 
-@pytest.mark.slow
-def test_notebook_runs_and_learns(tmp_path, monkeypatch):
-    nbclient = pytest.importorskip("nbclient")
+def this_interpreters_kernel(tmp_path, monkeypatch):
+    """
+    A kernel spec that runs this very interpreter, ahead of any other "python3" spec on the
+    machine; Jupyter's runtime and IPython's profile folders go to tmp_path as well. Its name.
+    """
     pytest.importorskip("ipykernel")
-
-    # A kernel spec that runs this very interpreter, ahead of any other "python3" spec on the machine;
-    # Jupyter's runtime and IPython's profile folders go to tmp_path as well.
-    spec = tmp_path / "jupyter" / "kernels" / "play-char-test"
+    spec = tmp_path / "jupyter" / "kernels" / "notebook-test"
     spec.mkdir(parents=True)
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "test", "language": "python"}))
@@ -56,6 +61,13 @@ def test_notebook_runs_and_learns(tmp_path, monkeypatch):
     )
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    return "notebook-test"
+
+
+@pytest.mark.slow
+def test_notebook_runs_and_learns(tmp_path, monkeypatch):
+    nbclient = pytest.importorskip("nbclient")
+    kernel = this_interpreters_kernel(tmp_path, monkeypatch)
     # the tiny settings, on the generated demo corpus (no third-party data needed)
     monkeypatch.setenv("PLAY_CHAR_TINY", "1")
     monkeypatch.setenv("PLAY_CHAR_TEXT", "world")
@@ -64,7 +76,7 @@ def test_notebook_runs_and_learns(tmp_path, monkeypatch):
     nb.cells.append(nbformat.v4.new_code_cell(REPORT))
     client = nbclient.NotebookClient(
         nb,
-        kernel_name="play-char-test",
+        kernel_name=kernel,
         timeout=600,
         startup_timeout=120,
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
@@ -81,3 +93,34 @@ def test_notebook_runs_and_learns(tmp_path, monkeypatch):
     printed = stdout_of(sample_cells[0])
     assert result["sampled"].startswith(result["prompt"]) and len(result["sampled"]) > len(result["prompt"])
     assert result["sampled"] in printed, printed
+
+
+@pytest.mark.slow
+def test_assignment_notebook_runs_the_whole_assignment_on_the_demo_switch(tmp_path, monkeypatch):
+    """DEMO on the CPU: a generated world, run.sh --jobs 2, the loss plotted, the table shown, the zip written."""
+    nbclient = pytest.importorskip("nbclient")
+    kernel = this_interpreters_kernel(tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    monkeypatch.setenv("ASSIGNMENT_DEMO", "1")
+    monkeypatch.setenv("ASSIGNMENT_WORK", str(work))  # the run's files stay out of the checkout
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    nb = nbformat.read(ASSIGNMENT, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, kernel_name=kernel, timeout=900, startup_timeout=120, resources={"metadata": {"path": str(ROOT)}}
+    )
+    client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
+
+    table = (work / "results.md").read_text(encoding="utf-8")
+    rows = [row.split("|")[1].strip() for row in table.splitlines()[3:]]
+    pretrained = [f"{variant} with pretraining" for variant in ("vanilla", "perceiver", "synthesizer", "rope")]
+    assert rows == ["London baseline", "vanilla without pretraining", *pretrained]
+    assert "failed" not in table
+    results = next(cell for cell in nb.cells if "results" in cell.metadata.get("tags", []))
+    shown = [out for out in results.outputs if out.get("output_type") == "display_data"]
+    assert any("image/png" in out["data"] for out in shown)  # the pretraining loss
+    assert any("vanilla with pretraining" in out["data"].get("text/markdown", "") for out in shown)  # the table
+    submission = next(cell for cell in nb.cells if "submission" in cell.metadata.get("tags", []))
+    assert "wrote assignment5.zip" in stdout_of(submission)
+    with zipfile.ZipFile(work / "assignment5.zip") as z:
+        names = z.namelist()
+    assert "src/run.py" in names and "rope.pretrain.test.predictions" in names and "vanilla.model.params" in names
