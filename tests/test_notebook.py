@@ -117,7 +117,7 @@ def test_assignment_notebook_runs_the_whole_assignment_on_the_demo_switch(tmp_pa
     assert "failed" not in table
     results = next(cell for cell in nb.cells if "results" in cell.metadata.get("tags", []))
     shown = [out for out in results.outputs if out.get("output_type") == "display_data"]
-    assert any("image/png" in out["data"] for out in shown)  # the pretraining loss
+    assert sum("image/png" in out["data"] for out in shown) == 2  # the pretraining loss, the accuracies
     assert any("vanilla with pretraining" in out["data"].get("text/markdown", "") for out in shown)  # the table
     submission = next(cell for cell in nb.cells if "submission" in cell.metadata.get("tags", []))
     assert "wrote assignment5.zip" in stdout_of(submission)
