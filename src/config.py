@@ -112,8 +112,8 @@ class Recipe:
     finetune_lr_from_scratch: Optional[float] = None  # the peak rate without pretrained params (None: finetune_lr)
     finetune_frozen: str = ""  # parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)
     finetune_lm_weight: float = nonnegative(0.0)  # GPT-1's auxiliary loss: this times the question's LM loss
-    finetune_people: str = choice("all", "biography", "name")  # or those the params recall from it
-    finetune_lora_rank: int = nonnegative(0)  # finetune rank-r adapters of the Linear weights alone (0: everything)
+    finetune_people: str = choice("all", "biography", "name")  # from params: or those they recall from it
+    finetune_lora_rank: int = nonnegative(0)  # from params: train rank-r adapters of the Linear weights alone
     warmup_tokens: int = nonnegative(512 * 20)  # the learning rate's linear warmup, in training tokens
     decay_epochs: int = 200  # the cosine's half period, in epochs (where a stage gives none)
     weight_decay: float = nonnegative(0.1)  # AdamW's, on the parameters decay_groups names

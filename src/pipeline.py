@@ -266,9 +266,9 @@ def stage_data(cfg, corpus, stage, hooks):
 
 def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     """
-    Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path:
-    on every pair, or on those whose place the params recall (finetune_people), training
-    every weight but the frozen parts, or low-rank adapters merged into the weights at the end.
+    Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path;
+    from params, on every pair or on those whose place the params recall (finetune_people),
+    training every weight but the frozen parts, or low-rank adapters merged in at the end.
     """
     with started(cfg) as (cfg, device):
         setup = build(cfg)
@@ -276,9 +276,9 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
         freeze(setup.model, r.frozen_parts())
         dataset = load_pairs(setup.corpus, cfg.finetune_corpus_path, "finetuning corpus")
         pretrained = bool(cfg.reading_params_path)
-        if r.finetune_people != "all":
+        if pretrained and r.finetune_people != "all":
             keep_recalled(setup, dataset, PROBES[r.finetune_people], device)
-        if r.finetune_lora_rank:
+        if pretrained and r.finetune_lora_rank:
             adapters.add(setup.model, r.finetune_lora_rank)
         epochs = r.finetune_epochs_from_pretrained if pretrained else r.finetune_epochs_from_scratch
         lr = r.finetune_lr if pretrained or r.finetune_lr_from_scratch is None else r.finetune_lr_from_scratch

@@ -125,3 +125,5 @@ def test_finetuning_with_adapters_or_on_recalled_people_from_the_command_line(ti
     said = capsys.readouterr().err.strip().splitlines()[-1]  # after the warning about the tiny world's "?"
     assert said == "run.py: error: finetune_people: the params recall none of the finetuning people's birthplaces"
     assert not chosen.exists()
+    # without params to recall from, every person is finetuned on (as run.sh's finetuning from scratch)
+    assert run_main(*args, "--finetune_epochs_from_scratch", "1", "--finetune_people", "name", *SMALL) == 0
