@@ -3,6 +3,10 @@ Measures what the fast paths save, side by side in one run on this machine.
 
     python experiments/benchmark.py [--variants vanilla perceiver synthesizer rope] [--eval_questions 500]
         [--group_by_length] [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data]
+    python experiments/benchmark.py --matmul_rate
+
+It starts with one core's fp32 matmul rate (GFLOP/s, the best of 2 s of 512 x 512 products):
+the figure to scale a CPU time measured on one machine to another (--matmul_rate: only it).
 
 For each variant, with the handout's model and batch sizes, it trains one epoch of
 pretraining and one of finetuning and answers the dev questions, once the
@@ -199,6 +203,25 @@ def peak_flops(args):
     return next((tflops * 1e12 for part, tflops in PEAK_FP32_TFLOPS.items() if part in name), None)
 
 
+def single_core_matmul_gflops(size=512, seconds=2.0):
+    """One core's fp32 matmul rate in GFLOP/s (size x size by size x size, the best of repeated runs):
+    the figure that scales a CPU time measured here to another machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(size, size), torch.randn(size, size)
+        for _ in range(3):
+            a @ b  # warm-up
+        best, start = math.inf, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            began = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - began)
+        return 2 * size**3 / best / 1e9
+    finally:
+        torch.set_num_threads(threads)
+
+
 def sync(device):
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
@@ -349,6 +372,7 @@ def main(argv=None):
         help="the fast pretraining also groups examples by length, as the recipe setting group_by_length does",
     )
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
+    parser.add_argument("--matmul_rate", action="store_true", help="only measure one core's fp32 matmul rate")
     parser.add_argument(
         "--epochs", type=int, default=1, help="pretraining epochs each way; the fastest is reported (default 1)"
     )
@@ -372,6 +396,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     args.device = str(pick_device(args.device))
     print(f"device: {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"one core's fp32 matmul (512 x 512): {single_core_matmul_gflops():.1f} GFLOP/s")
+    if args.matmul_rate:
+        return
 
     if not args.skip_comparison:
         args.data = data_folder(args.data)  # once: without the data, one demo world serves every measurement

@@ -336,6 +336,15 @@ def test_benchmark_sweep_runs(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 32 |")]
     assert [row.split("|")[2].strip() for row in rows] == ["vanilla", "perceiver"]
+    assert re.search(r"^one core's fp32 matmul \(512 x 512\): \d+\.\d GFLOP/s$", done.stdout, re.M), done.stdout
+
+
+def test_benchmark_matmul_rate_alone():
+    script = str(ROOT / "experiments" / "benchmark.py")
+    done = subprocess.run([sys.executable, script, "--matmul_rate"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and float(re.search(r"([\d.]+) GFLOP/s", lines[1]).group(1)) > 0
 
 
 def benchmark_data(tiny_world, folder):
