@@ -181,7 +181,8 @@ def exit_status(prog, call):
     said = logging.StreamHandler(sys.stderr)  # the library's warnings, one plain line each
     said.setFormatter(logging.Formatter("%(message)s"))
     logging.getLogger().addHandler(said)
-    logging.getLogger("logs").setLevel(logging.INFO)  # the held-out loss of every epoch, when asked for
+    for name in ("logs", "pipeline"):  # the held-out loss of every epoch, the people finetuned on, when asked for
+        logging.getLogger(name).setLevel(logging.INFO)
     try:
         with logging_redirect_tqdm():  # a line said during training goes above the progress bar, not into it
             call()
