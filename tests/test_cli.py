@@ -635,7 +635,7 @@ def run_sh(folder, *args, **env):
 @pytest.mark.slow
 def test_run_sh_jobs_trains_side_by_side_to_the_sequential_results(tmp_path):
     """--jobs 2 with one thread per training ends with the table and predictions of the sequential run's."""
-    one_thread = dict(OMP_NUM_THREADS="1", VARIANTS="vanilla rope")
+    one_thread = dict(OMP_NUM_THREADS="1", VARIANTS="vanilla")
     sequential, side_by_side = assignment_copy(tmp_path / "sequential"), assignment_copy(tmp_path / "jobs")
     done = run_sh(sequential, **one_thread)
     assert done.returncode == 0, done.stderr[-2000:]
