@@ -39,6 +39,7 @@ class Stage:
     max_shift: Optional[int] = None  # examples start after 0..max_shift pads; None: the recipe's max_shift
     decay_epochs: Optional[int] = None  # the cosine's half period in epochs; None: the recipe's decay_epochs
     pair_copies: int = 1  # the pairs' copies in each epoch (their share of the stage's examples)
+    documents: float = 1.0  # the share of the biographies it trains on (a fixed random subset: a warm-up on fewer)
 
     def __str__(self):
         fields = dataclasses.fields(self)[1:]
@@ -144,8 +145,10 @@ class Recipe:
             where = f"pretraining stage {number} ({stage})"
             if stage.data not in STAGE_DATA:
                 raise RunError(f"{where}: its data must be one of {', '.join(STAGE_DATA)}, got {stage.data!r}")
-            for name in ("epochs", "lr", "decay_epochs", "pair_copies"):
+            for name in ("epochs", "lr", "decay_epochs", "pair_copies", "documents"):
                 check_number(f"{where}: {name}", getattr(stage, name))
+            if stage.documents > 1:
+                raise RunError(f"{where}: documents is a share of the corpus, at most 1, got {stage.documents}")
             if not 0 <= stage.max_shift <= longest_shift(BLOCK_SIZE):
                 raise RunError(f"{where}: max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {stage.max_shift}")
         unknown = set(self.frozen_parts()) - set(FREEZABLE)

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import os
+import random
 from typing import Sequence
 
 import torch
@@ -250,13 +251,17 @@ def resumed_stage(cfg, stages):
 
 def stage_data(cfg, corpus, stage, hooks):
     """
-    (what the stage trains on, its epoch hooks): the corpus less any held-out part, as the
-    recipe's views of it (augment.py), and pair_copies copies of the mixed pairs.
+    (what the stage trains on, its epoch hooks): the corpus less any held-out part (and
+    only the stage's share of its documents, drawn with the run's seed), as the recipe's
+    views of it (augment.py), and pair_copies copies of the mixed pairs.
     """
     parts, hooks = [], list(hooks)
     if "corpus" in stage.data and cfg.recipe.held_out_fraction:
         corpus, held_out = held_out_split(corpus, cfg.recipe.held_out_fraction, cfg.pretrain_corpus_path)
         hooks.insert(0, HeldOutLoss(held_out))
+    if "corpus" in stage.data and stage.documents < 1:
+        kept = random.Random(cfg.seed).sample(corpus.data, max(1, round(stage.documents * len(corpus.data))))
+        corpus = corpus.with_documents(kept, corpus.max_shift)
     if "corpus" in stage.data:
         parts.append(viewed(corpus, cfg.recipe))
     if "pairs" in stage.data and cfg.mix_corpus_path:

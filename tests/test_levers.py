@@ -1,5 +1,6 @@
 """The levers that key a stored fact to a name: views of the biographies, the pairs' share, lighter finetuning."""
 
+import dataclasses
 import random
 
 import pytest
@@ -8,9 +9,10 @@ import torch
 import adapters
 import pipeline
 from augment import ClauseViews, clause_view, full_named
-from config import RunConfig, Stage, parse_stages
+from config import Recipe, RunConfig, Stage, parse_stages
 from conftest import SMALL, finetune_args, run_main
 from dataset import MASK_CHAR, CharCorruptionDataset
+from errors import RunError
 from inputs import load_corpus
 from model import GPT, GPTConfig
 from params import read_facts
@@ -74,6 +76,20 @@ def test_pair_copies_set_the_pairs_share_of_a_stage(tiny_world):
     corpus = load_corpus(tiny_world["wiki.txt"])
     sizes = [len(pipeline.stage_data(cfg, corpus, stage, [])[0]) for stage in stages]
     assert sizes == [3 * 60, len(corpus) + 2 * 60, len(corpus)]
+
+
+def test_a_stage_can_train_on_a_fixed_share_of_the_biographies(tiny_world):
+    stage = Stage.parse("corpus documents=0.25")
+    assert str(stage) == "corpus documents=0.25" and str(Stage("corpus")) == "corpus"
+    cfg = RunConfig("pretrain", "vanilla", tiny_world["wiki.txt"])
+    corpus = load_corpus(tiny_world["wiki.txt"])
+    subset = pipeline.stage_data(cfg, corpus, stage, [])[0]
+    assert len(subset) == round(len(corpus) / 4) and set(subset.data) < set(corpus.data)
+    assert pipeline.stage_data(cfg, corpus, stage, [])[0].data == subset.data  # the same people every epoch and run
+    other_seed = pipeline.stage_data(dataclasses.replace(cfg, seed=1), corpus, stage, [])[0]
+    assert other_seed.data != subset.data
+    with pytest.raises(RunError, match=r"documents is a share of the corpus, at most 1, got 2.0"):
+        Recipe(pretrain_stages=parse_stages("corpus documents=2"))
 
 
 def test_low_rank_adapters_start_from_the_model_and_merge_into_plain_weights():
