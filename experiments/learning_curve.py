@@ -64,6 +64,7 @@ def curve(cfg, every, out):
         print(f"{params} exists: scoring its snapshots without pretraining again", file=sys.stderr)
     else:
         pipeline.pretrain(cfg, [save_snapshots(every)])
+    cfg = dataclasses.replace(cfg, mix_corpus_path=None)  # the mixed pairs are pretraining's alone
     rows = []
     for epochs, snapshot in snapshots(params):
         probed_cfg = dataclasses.replace(cfg, reading_params_path=snapshot)

@@ -87,6 +87,18 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     assert err.startswith("recall.py: error: ") and err.endswith("missing.params does not exist"), err
 
 
+def test_learning_curve_scores_a_pretraining_with_mixed_pairs(tiny_world, tmp_path):
+    """The mixed pairs are pretraining's: finetuning and the probes of its snapshots run without them."""
+    out = tmp_path / "mixed"
+    data = ["--finetune_corpus_path", tiny_world["train.tsv"], "--eval_corpus_path", tiny_world["dev.tsv"]]
+    mixed = ["--mix_corpus_path", tiny_world["train.tsv"], "--pretrain_stages", "corpus+pairs pair_copies=2"]
+    argv = ["pretrain", "vanilla", tiny_world["wiki.txt"], *data, *mixed, "--every", "1", "--out", str(out)]
+    assert learning_curve.main([*argv, "--pretrain_epochs", "1", *SMALL]) == 0
+    with open(out / "curve.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["epochs"], row["questions"]) for row in rows] == [("1", "24")]
+
+
 def test_demo_study_takes_recipe_flags_and_names_what_differs_from_the_demo(tmp_path, capsys):
     import json
 
