@@ -1,7 +1,8 @@
 """
 Other views of the pretraining biographies, made from their own text alone (Recipe's
-full_names and clause_dropout): the levers that try to key a stored birthplace to the
-person's name, which is all a question gives. Each corpus line is "NAME. biography".
+full_names, which a pretraining stage may also set for itself, and clause_dropout): the
+levers that try to key a stored birthplace to the person's name, which is all a question
+gives. Each corpus line is "NAME. biography".
 
 - full_names: the biography names its person in full where it names them by surname
   alone, or by He or She starting a sentence (after Allen-Zhu and Li's "fullname"
@@ -68,10 +69,10 @@ class ClauseViews(Dataset):
         return self.corpus.corrupted(clause_view(self.corpus.data[idx], self.dropout))
 
 
-def viewed(corpus, recipe):
-    """The pretraining corpus as the recipe's views of it (itself when it asks for none)."""
-    if recipe.full_names:
+def viewed(corpus, full_names, clause_dropout):
+    """The pretraining corpus as these views of it (itself when they ask for none)."""
+    if full_names:
         corpus = corpus.with_documents([full_named(document) for document in corpus.data], corpus.max_shift)
-    if recipe.clause_dropout:
-        corpus = ClauseViews(corpus, recipe.clause_dropout)
+    if clause_dropout:
+        corpus = ClauseViews(corpus, clause_dropout)
     return corpus

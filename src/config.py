@@ -22,6 +22,7 @@ CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA (none on the CPU)
 FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
 HELD_OUT_SEED = 0  # which documents held_out_fraction holds out, and their span corruptions
 STAGE_DATA = ("corpus", "pairs", "corpus+pairs")
+BOOLEANS = {"yes": True, "no": False, "true": True, "false": False, "1": True, "0": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Stage:
     decay_epochs: Optional[int] = None  # the cosine's half period in epochs; None: the recipe's decay_epochs
     pair_copies: int = 1  # the pairs' copies in each epoch (their share of the stage's examples)
     documents: float = 1.0  # the share of the biographies it trains on (a fixed random subset: a warm-up on fewer)
+    full_names: Optional[bool] = None  # its biographies name their person in full; None: the recipe's full_names
 
     def __str__(self):
         fields = dataclasses.fields(self)[1:]
@@ -50,7 +52,7 @@ class Stage:
     def parse(cls, text):
         """A Stage from its text: the data, then NAME=VALUE for the fields it sets."""
         data, *settings = text.split()
-        kinds = {f.name: int if "int" in str(f.type) else float for f in dataclasses.fields(cls)[1:]}
+        kinds = {f.name: value_type(f.type) for f in dataclasses.fields(cls)[1:]}
         values = {}
         for setting in settings:
             name, _, value = setting.partition("=")
@@ -58,6 +60,11 @@ class Stage:
                 raise RunError(f"stage {text!r}: {name!r} is not one of {', '.join(kinds)}")
             values[name] = parse_value(kinds[name], value, f"stage {text!r}: {name}")
         return cls(data, **values)
+
+
+def value_type(annotation):
+    """bool, int or float: what a field annotated `annotation` (e.g. Optional[int]) holds."""
+    return next(kind for kind in (bool, int, float) if kind.__name__ in str(annotation))
 
 
 def parse_stages(text):
@@ -158,7 +165,7 @@ class Recipe:
     def stages(self):
         """The pretraining stages with what they leave None filled in from the recipe."""
         own = dict(epochs=self.pretrain_epochs, lr=self.pretrain_lr, max_shift=self.max_shift)
-        own["decay_epochs"] = self.decay_epochs
+        own.update(decay_epochs=self.decay_epochs, full_names=self.full_names)
         return [
             dataclasses.replace(stage, **{k: v for k, v in own.items() if getattr(stage, k) is None})
             for stage in self.pretrain_stages
@@ -201,13 +208,14 @@ def check_number(name, value, at_least_zero=False):
 
 
 def parse_value(kind, text, where=""):
-    """`text` as a value of the type `kind` (int, float, str, or the stages' tuple); `where` starts the error."""
+    """`text` as a value of the type `kind` (bool, int, float, str, or the stages' tuple); `where` starts the error."""
     if kind is tuple:
         return parse_stages(text)
     try:
-        return kind(text)
-    except ValueError:
+        return BOOLEANS[text.lower()] if kind is bool else kind(text)
+    except (KeyError, ValueError):
         what = f"{text!r} is not a{'n' if kind is int else ''} {kind.__name__}"
+        what += f" ({', '.join(BOOLEANS)})" if kind is bool else ""
         raise RunError(f"{where}: {what}" if where else what) from None
 
 

@@ -252,8 +252,9 @@ def resumed_stage(cfg, stages):
 def stage_data(cfg, corpus, stage, hooks):
     """
     (what the stage trains on, its epoch hooks): the corpus less any held-out part (and
-    only the stage's share of its documents, drawn with the run's seed), as the recipe's
-    views of it (augment.py), and pair_copies copies of the mixed pairs.
+    only the stage's share of its documents, drawn with the run's seed), as the stage's
+    views of it (augment.py: its full_names, the recipe's clause_dropout), and pair_copies
+    copies of the mixed pairs.
     """
     parts, hooks = [], list(hooks)
     if "corpus" in stage.data and cfg.recipe.held_out_fraction:
@@ -263,7 +264,7 @@ def stage_data(cfg, corpus, stage, hooks):
         kept = random.Random(cfg.seed).sample(corpus.data, max(1, round(stage.documents * len(corpus.data))))
         corpus = corpus.with_documents(kept, corpus.max_shift)
     if "corpus" in stage.data:
-        parts.append(viewed(corpus, cfg.recipe))
+        parts.append(viewed(corpus, stage.full_names, cfg.recipe.clause_dropout))
     if "pairs" in stage.data and cfg.mix_corpus_path:
         parts += [load_pairs(corpus, cfg.mix_corpus_path, "mixed corpus")] * stage.pair_copies
     return (parts[0] if len(parts) == 1 else ConcatDataset(parts)), hooks

@@ -92,6 +92,26 @@ def test_a_stage_can_train_on_a_fixed_share_of_the_biographies(tiny_world):
         Recipe(pretrain_stages=parse_stages("corpus documents=2"))
 
 
+def test_a_stage_can_name_its_people_in_full_where_the_recipe_does_not(tmp_path):
+    wiki = tmp_path / "wiki.txt"
+    wiki.write_text("Stanley Corrsin. Corrsin was born in Baltimore.\nAda Lovelace. She was born in London.\n", "utf-8")
+    recipe = Recipe(pretrain_stages=parse_stages("corpus; corpus epochs=20 full_names=yes"))
+    cfg = RunConfig("pretrain", "vanilla", str(wiki), recipe=recipe)
+    corpus = load_corpus(str(wiki))
+    plain, named = (pipeline.stage_data(cfg, corpus, stage, [])[0].data for stage in recipe.stages())
+    assert plain == corpus.data
+    assert named == [
+        "Stanley Corrsin. Stanley Corrsin was born in Baltimore.",
+        "Ada Lovelace. Ada Lovelace was born in London.",
+    ]
+    # a stage that says nothing takes the recipe's full_names; one that does wins
+    recipe = Recipe(full_names=True, pretrain_stages=parse_stages("corpus; corpus full_names=no"))
+    assert [stage.full_names for stage in recipe.stages()] == [True, False]
+    assert str(Stage.parse("corpus full_names=1")) == "corpus full_names=True"
+    with pytest.raises(RunError, match=r"full_names: 'maybe' is not a bool \(yes, no, true, false, 1, 0\)$"):
+        Stage.parse("corpus full_names=maybe")
+
+
 def test_low_rank_adapters_start_from_the_model_and_merge_into_plain_weights():
     torch.manual_seed(0)
     model = GPT(GPTConfig(30, 16, n_layer=2, n_head=2, n_embd=16))
