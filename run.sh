@@ -42,8 +42,8 @@ percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
 # all with the demo recipe (src/config.py: RECIPES["demo"], DEMO_VARIANT); the dev people's
 # questions are asked before finetuning, after it, and of the same finetuning without
 # pretraining, against the most frequent training birthplace (docs/demo.md). DEMO_SEED
-# seeds the world and the training; DEMO_WORLD (world.py's flags) and DEMO_EPOCHS
-# (pretraining epochs) shrink it (the tests run a small one).
+# seeds the world and the training; DEMO_WORLD (world.py's flags) and DEMO_FLAGS (run.py
+# flags for the demo's trainings, e.g. --pretrain_epochs 60) shrink it (the tests run a small one).
 DEMO_DIR=${DEMO_DIR:-demo}
 DEMO_SEED=${DEMO_SEED:-0}
 
@@ -53,13 +53,13 @@ demo() {
   world=${DEMO_WORLD:-$("$PY" -c 'import sys; sys.path.insert(0, "src"); from world import DEMO_WORLD; print(DEMO_WORLD)')}
   variant=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import DEMO_VARIANT; print(DEMO_VARIANT)')
   read -r -a world <<< "$world"
-  local demo=(--recipe demo --seed "$DEMO_SEED")
-  local epochs=()
-  [[ -n ${DEMO_EPOCHS:-} ]] && epochs=(--pretrain_epochs "$DEMO_EPOCHS")
+  local flags=()
+  read -r -a flags <<< "${DEMO_FLAGS:-}"
+  local demo=(--recipe demo --seed "$DEMO_SEED" ${flags[@]+"${flags[@]}"})
   mkdir -p "$dir"
   step "demo world" run_echoed "$PY" src/world.py "$w" "${world[@]}" --seed "$DEMO_SEED" >&2
   step "pretraining on the biographies, the training people's questions mixed in" run_echoed "$PY" src/run.py \
-    pretrain "$variant" "$w/wiki.txt" "${demo[@]}" ${epochs[@]+"${epochs[@]}"} \
+    pretrain "$variant" "$w/wiki.txt" "${demo[@]}" \
     --mix_corpus_path "$w/birth_places_train.tsv" --writing_params_path "$dir/pretrain.params"
   local recall before pretrained scratch baseline
   recall=$(step "pretrained model: dev birthplaces recalled from the biographies" run_echoed "$PY" src/recall.py \
@@ -98,7 +98,7 @@ demo() {
 
 if [[ ${1:-} == demo ]]; then
   if (( $# > 1 )); then
-    echo "run.sh: demo takes no arguments (DEMO_WORLD and DEMO_EPOCHS shrink it, DEMO_SEED seeds it)" >&2
+    echo "run.sh: demo takes no arguments (DEMO_WORLD and DEMO_FLAGS shrink it, DEMO_SEED seeds it)" >&2
     exit 2
   fi
   demo

@@ -127,8 +127,9 @@ def recall_lines(cfg, questions_path, answers, pretrained_params):
     people whose birthplace the pretrained params recall from their biography and the others.
     """
     pairs = [(q, p) for _, q, p in read_pairs(questions_path, "questions", question_place_pairs)]
-    setup = pipeline.build(RunConfig("evaluate", cfg.variant, cfg.pretrain_corpus_path,
-                                     reading_params_path=pretrained_params, device=cfg.device))  # fmt: skip
+    pretrained = RunConfig("evaluate", cfg.variant, cfg.pretrain_corpus_path, reading_params_path=pretrained_params,
+                           device=cfg.device)  # fmt: skip
+    setup = pipeline.build(*pipeline.resolved(pretrained))
     corpus, device = setup.corpus, pipeline.start_device(cfg)
     known = recalled_places(setup.model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device)
     lines = ["the pretrained model, continuing the biography | people | right | median log-probability"]

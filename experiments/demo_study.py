@@ -69,7 +69,7 @@ def study(args, recipe):
     start = time.monotonic()
     pretrained = str(out / "pretrain.params")
     pipeline.pretrain(RunConfig("pretrain", writing_params_path=pretrained, mix_corpus_path=seen_path, **common))
-    setup = pipeline.build(RunConfig("evaluate", reading_params_path=pretrained, **common))
+    setup = pipeline.build(*pipeline.resolved(RunConfig("evaluate", reading_params_path=pretrained, **common)))
     recalls = {name: recall(setup.model, setup.corpus, scored, "cpu", PROBES[name]) for name in ("biography", "name")}
 
     def answered(params, finetune=True, **finetuning):

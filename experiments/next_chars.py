@@ -49,7 +49,7 @@ def main(argv=None):
     cfg = reading_config(args)
 
     def run():
-        setup = pipeline.build(cfg)
+        setup = pipeline.build(*pipeline.resolved(cfg))
         device = pipeline.start_device(cfg)
         corpus = setup.corpus
         prompt = encodable_questions(corpus, [args.prompt or args.question], "prompt")[0]

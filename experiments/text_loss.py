@@ -27,7 +27,7 @@ from perplexity import bits_per_character, corruption_loss
 
 def text_loss(cfg, text_path, seed=0):
     """(nats, targets, documents) of the text file's lines under cfg's params (reading_params_path), on cfg's device."""
-    setup = pipeline.build(cfg)
+    setup = pipeline.build(*pipeline.resolved(cfg))
     corpus = setup.corpus
     lines = encodable_questions(corpus, corpus_lines(read_text(text_path, "text")), "text")
     documents = corpus.with_documents(line for line in lines if line)

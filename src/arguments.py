@@ -44,6 +44,25 @@ def positive_float(text):
     return value
 
 
+# flags of earlier versions, each refused in one line naming what replaced it
+SHIFTED_STAGE = '--pretrain_stages "corpus+pairs; corpus+pairs epochs=20 lr=3e-4 max_shift=13"'
+RETIRED_FLAGS = {
+    "max_epochs": "--pretrain_epochs (pretrain), or --finetune_epochs_from_scratch and "
+    "--finetune_epochs_from_pretrained (finetune)",
+    "batch_size": "--pretrain_batch_size (pretrain) or --finetune_batch_size (finetune)",
+    "shifted_epochs": f"the second stage's epochs in --pretrain_stages, e.g. {SHIFTED_STAGE}",
+    "shifted_lr": f"the second stage's lr in --pretrain_stages, e.g. {SHIFTED_STAGE}",
+    "shifted_max_shift": f"the second stage's max_shift in --pretrain_stages, e.g. {SHIFTED_STAGE}",
+}
+
+
+class Retired(argparse.Action):
+    """A flag of an earlier version: the command line is refused, saying what replaced it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is gone: use {RETIRED_FLAGS[self.dest]}")
+
+
 METAVARS = {int: "N", str: "TEXT", tuple: "STAGES"}  # and X for a number that may have decimals
 
 
@@ -128,6 +147,8 @@ def build_parser(prog="run.py", description=None):
     )
     c.add_argument("--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes")
     add_recipe_flags(p)
+    for name in RETIRED_FLAGS:
+        p.add_argument(f"--{name}", action=Retired, nargs="?", help=argparse.SUPPRESS)
     return p
 
 

@@ -1,6 +1,6 @@
 """
 A training's resumable checkpoint: what it holds (state), how it is written (save) and
-read back (load, refusing another run's), and how a Trainer is put back (restore), so
+read back (read, and verified: refusing another run's), and how a Trainer is put back (restore), so
 that a resumed run goes on exactly as an uninterrupted one would (bit for bit on a CPU
 without DataLoader workers: every epoch's data order comes from its own seed, and the
 span corruption's draws replay from Python's random state at the epoch's start).
@@ -69,17 +69,8 @@ def read(path):
     return checkpoint
 
 
-def saved_identity(path):
-    """The identity of the checkpoint at `path` (None if there is none)."""
-    checkpoint = read(path)
-    return None if checkpoint is None else checkpoint["run_identity"]
-
-
-def load(path, identity):
-    """The checkpoint at `path` to resume, or None if there is none; RunError if it is unreadable or another run's."""
-    checkpoint = read(path)
-    if checkpoint is None:
-        return None
+def verified(checkpoint, path, identity):
+    """The checkpoint read from `path`, if it belongs to the run of this identity; RunError if it is another run's."""
     saved, identity = checkpoint["run_identity"] or {}, identity or {}
     if saved != identity:
         differences = ", ".join(
@@ -97,8 +88,6 @@ def load(path, identity):
 def restore(trainer, checkpoint):
     """Put the model, the optimisation, the progress and the random generators back as state() had them."""
     t = trainer
-    if checkpoint is None:
-        return
     t.model.load_state_dict(checkpoint["model"])
     t.optimizer.load_state_dict(checkpoint["optimizer"])
     t.scheduler.load_state_dict(checkpoint["scheduler"])

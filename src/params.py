@@ -121,6 +121,18 @@ def load_fitting_params(model, path, variant, corpus_path, purpose):
         raise RunError(f"params file {path} does not fit a {variant} model of this size: {short_reason(e)}") from None
 
 
+def check_vocabulary(path, facts, vocabulary, corpus_path):
+    """Params whose facts name another vocabulary than corpus_path's would read every character as another: refused."""
+    if facts is None or facts.get("vocabulary", vocabulary) == vocabulary:
+        return
+    theirs, ours = set(facts["vocabulary"]), set(vocabulary)
+    raise RunError(
+        f"params file {path} was pretrained on a corpus with another vocabulary than {corpus_path} "
+        f"({len(theirs - ours)} characters only there, {len(ours - theirs)} only here): "
+        "pass the corpus it was pretrained on"
+    )
+
+
 def facts_path(params_path):
     return params_path + ".json"
 

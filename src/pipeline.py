@@ -40,7 +40,7 @@ from files import PathInUse, atomic_write, exclusive_lock
 from inputs import check_config, encodable_questions, held_out_split, load_corpus, load_pairs, read_pairs, vocabulary
 from logs import EpochEnd, EpochHooks, HeldOutLoss, Hook, TensorBoardLog
 from model import GPT, variant_config
-from params import load_fitting_params, load_params, read_facts, save_params_with_facts
+from params import check_vocabulary, load_fitting_params, load_params, read_facts, save_params_with_facts
 from trainer import Trainer, TrainerConfig
 from utils import set_seed
 
@@ -51,18 +51,18 @@ logger = logging.getLogger(__name__)
 def started(cfg):
     """
     What every function does first: the checks, the writer's lock, the device, and the
-    recipe resolved against the facts of the params read. Yields (cfg with that recipe, device).
+    recipe resolved against the facts of the params read. Yields (cfg with that recipe, those facts, device).
     """
     check_config(cfg)
-    cfg = resolved(cfg)
+    cfg, facts = resolved(cfg)
     with writer_lock(cfg):
-        yield cfg, start_device(cfg)
+        yield cfg, facts, start_device(cfg)
 
 
 def resolved(cfg):
-    """cfg with its recipe resolved against the facts of the params it reads (config.resolve_recipe)."""
+    """(cfg with its recipe resolved against the facts of the params it reads, those facts or None): read once a run."""
     facts = read_facts(cfg.reading_params_path) if cfg.reading_params_path else None
-    return dataclasses.replace(cfg, recipe=resolve_recipe(cfg, facts))
+    return dataclasses.replace(cfg, recipe=resolve_recipe(cfg, facts)), facts
 
 
 def start_device(cfg):
@@ -100,33 +100,21 @@ class Setup:
     model: GPT
 
 
-def build(cfg, max_shift=0, state=None):
-    """The corpus and the seeded model of cfg's recipe (resolved), with `state` or else reading_params_path in it."""
+def build(cfg, facts, max_shift=0, state=None):
+    """
+    The corpus and the seeded model of cfg's resolved recipe, with `state` or else the params
+    at reading_params_path in it, whose facts are `facts` (build(*resolved(cfg)) from a bare cfg).
+    """
     corpus = load_corpus(cfg.pretrain_corpus_path, max_shift)
-    cfg = resolved(cfg)
     r = cfg.recipe
     set_seed(cfg.seed)
     model = GPT(variant_config(cfg.variant, corpus.vocab_size, BLOCK_SIZE, dropout=r.dropout, **r.sizes(cfg.variant)))
     if state is not None:
         load_params(model, state)
     elif cfg.reading_params_path:
-        check_vocabulary(cfg, corpus)
+        check_vocabulary(cfg.reading_params_path, facts, vocabulary(corpus), cfg.pretrain_corpus_path)
         load_fitting_params(model, cfg.reading_params_path, cfg.variant, cfg.pretrain_corpus_path, cfg.function)
     return Setup(corpus, model)
-
-
-def check_vocabulary(cfg, corpus):
-    """Params trained over another vocabulary would read every character as another one: refused."""
-    facts = read_facts(cfg.reading_params_path)
-    ours = vocabulary(corpus)
-    if facts is None or facts.get("vocabulary", ours) == ours:
-        return
-    theirs, ours = set(facts["vocabulary"]), set(ours)
-    raise RunError(
-        f"params file {cfg.reading_params_path} was pretrained on a corpus with another vocabulary "
-        f"than {cfg.pretrain_corpus_path} ({len(theirs - ours)} characters only there, "
-        f"{len(ours - theirs)} only here): pass the corpus it was pretrained on"
-    )
 
 
 def params_facts(cfg, corpus):
@@ -169,11 +157,11 @@ def trainer_config(cfg, device, epochs, batch_size, learning_rate, final_tokens,
     )
 
 
-def train(cfg, setup, dataset, device, hooks, training, stage=1, resume=None, epochs_before=0, seconds_before=0.0):
+def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epochs_before=0, seconds_before=0.0):
     """
     Train the setup's model on the dataset with trainer_config(cfg, device, **training),
-    keeping the checkpoint. Returns (epochs, seconds) trained, counted on from
-    epochs_before and seconds_before: where a later stage goes on from.
+    keeping the checkpoint, going on from the `saved` one if given. Returns (epochs, seconds)
+    trained, counted on from epochs_before and seconds_before: where a later stage goes on from.
     """
     rank, world_size = rank_and_world_size()
     if world_size > 1:  # every rank draws the same data (seeded with the model) but its own dropout
@@ -185,16 +173,10 @@ def train(cfg, setup, dataset, device, hooks, training, stage=1, resume=None, ep
         return EpochEnd(epoch, setup.model, setup.corpus, device, writer, cfg.writing_params_path, facts, seconds)
 
     epoch_hooks = EpochHooks(hooks, end, epochs_before, seconds_before)
-    path = cfg.writing_params_path + ".ckpt"
-    resume = cfg.resume if resume is None else resume
-    if rank == 0 and resume and not os.path.exists(path):
-        logger.warning("no checkpoint at %s: starting from the beginning", path)
-    elif rank == 0 and os.path.exists(path) and not resume and stage == 1:
-        logger.warning("replacing the earlier run's checkpoint %s (--resume continues it instead)", path)
-    identity = run_identity(cfg, dataset, setup.corpus.vocab_size, stage)
+    identity, path = run_identity(cfg, dataset, setup.corpus.vocab_size, stage), cfg.writing_params_path + ".ckpt"
     config = trainer_config(
         cfg, device, **training, writer=writer, epoch_end=epoch_hooks, checkpoint_path=path,
-        checkpoint_minutes=cfg.checkpoint_minutes, resume=resume, run_identity=identity, run_facts=facts,
+        checkpoint_minutes=cfg.checkpoint_minutes, resume_from=saved, run_identity=identity, run_facts=facts,
     )  # fmt: skip
     try:
         Trainer(setup.model, dataset, None, config).train()
@@ -202,6 +184,17 @@ def train(cfg, setup, dataset, device, hooks, training, stage=1, resume=None, ep
         if writer is not None:
             writer.close()
     return epochs_before + training["epochs"], epoch_hooks.training_seconds()
+
+
+def saved_checkpoint(cfg):
+    """The checkpoint a resumed run goes on from, read once (None when not resuming or there is none)."""
+    path = cfg.writing_params_path + ".ckpt"
+    saved = checkpoint.read(path) if cfg.resume else None
+    if launch_rank() == 0 and cfg.resume and saved is None:
+        logger.warning("no checkpoint at %s: starting from the beginning", path)
+    elif launch_rank() == 0 and not cfg.resume and os.path.exists(path):
+        logger.warning("replacing the earlier run's checkpoint %s (--resume continues it instead)", path)
+    return saved
 
 
 def finish(cfg, setup):
@@ -222,31 +215,23 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     the params the stage before left, and trains it with a fresh optimizer on its data.
     The params go to writing_params_path; on_epoch_end hooks run on rank 0 after every epoch.
     """
-    with started(cfg) as (cfg, device):
-        stages = cfg.recipe.stages()
-        first = resumed_stage(cfg, len(stages))
+    with started(cfg) as (cfg, facts, device):
+        stages, saved = cfg.recipe.stages(), saved_checkpoint(cfg)
+        first = min(max(1, int(saved["run_identity"].get("stage", 1))), len(stages)) if saved else 1
         state, epochs, seconds = None, 0, 0.0
         for number, stage in enumerate(stages, 1):
             if number < first:
                 epochs += stage.epochs
                 continue
-            setup = build(cfg, stage.max_shift, state)
+            setup = build(cfg, facts, stage.max_shift, state)
             dataset, hooks = stage_data(cfg, setup.corpus, stage, on_epoch_end)
             final_tokens = stage.decay_epochs * len(dataset) * BLOCK_SIZE
             training = dict(epochs=stage.epochs, batch_size=cfg.recipe.pretrain_batch_size, pretraining=True)
             training.update(learning_rate=stage.lr, final_tokens=final_tokens)
-            resume = cfg.resume and number == first
-            epochs, seconds = train(cfg, setup, dataset, device, hooks, training, number, resume, epochs, seconds)
+            resumed = saved if number == first else None
+            epochs, seconds = train(cfg, setup, dataset, device, hooks, training, number, resumed, epochs, seconds)
             state = setup.model.state_dict()
         finish(cfg, setup)
-
-
-def resumed_stage(cfg, stages):
-    """The stage a resumed pretraining goes on with: its checkpoint's (1 when not resuming)."""
-    if not cfg.resume:
-        return 1
-    identity = checkpoint.saved_identity(cfg.writing_params_path + ".ckpt") or {}
-    return min(max(1, int(identity.get("stage", 1))), stages)
 
 
 def stage_data(cfg, corpus, stage, hooks):
@@ -276,8 +261,8 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     from params, on every pair or on those whose place the params recall (finetune_people),
     training every weight but the frozen parts, or low-rank adapters merged in at the end.
     """
-    with started(cfg) as (cfg, device):
-        setup = build(cfg)
+    with started(cfg) as (cfg, facts, device):
+        setup = build(cfg, facts)
         r = cfg.recipe
         freeze(setup.model, r.frozen_parts())
         dataset = load_pairs(setup.corpus, cfg.finetune_corpus_path, "finetuning corpus")
@@ -291,7 +276,8 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
         # decay_epochs count epochs of the pretraining corpus, as in the course's code
         final_tokens = r.decay_epochs * len(setup.corpus) * BLOCK_SIZE
         training = dict(epochs=epochs, batch_size=r.finetune_batch_size, learning_rate=lr, final_tokens=final_tokens)
-        train(cfg, setup, dataset, device, on_epoch_end, dict(training, pretraining=False))
+        training.update(pretraining=False)
+        train(cfg, setup, dataset, device, on_epoch_end, training, saved=saved_checkpoint(cfg))
         adapters.merge(setup.model)
         finish(cfg, setup)
 
@@ -323,8 +309,8 @@ def evaluate(cfg: RunConfig) -> Evaluation:
     Greedy answers to eval_corpus_path, written to outputs_path (rank 0), scored where the
     file has answers; with details_path, also a line of JSON per question (details_lines).
     """
-    with started(cfg) as (cfg, device):
-        setup = build(cfg)
+    with started(cfg) as (cfg, facts, device):
+        setup = build(cfg, facts)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
         questions = encodable_questions(setup.corpus, [question for _, question, _ in rows])
         rank, world_size = rank_and_world_size()
@@ -353,7 +339,7 @@ def recall(cfg: RunConfig, prompt=PROBES["biography"]):
     missing = [f"--{name}" for name in ("reading_params_path", "eval_corpus_path") if not getattr(cfg, name)]
     if missing:
         raise RunError(f"recall needs {' and '.join(missing)}")
-    cfg = resolved(dataclasses.replace(cfg, function="evaluate"))
+    cfg, facts = resolved(dataclasses.replace(cfg, function="evaluate"))
     pairs = held_out_pairs(cfg.eval_corpus_path)
-    setup = build(cfg)
+    setup = build(cfg, facts)
     return probed_recall(setup.model, setup.corpus, pairs, start_device(cfg), prompt)

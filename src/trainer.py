@@ -22,7 +22,7 @@ A step whose loss is not finite stops training (RunError naming the step) where 
 is read back next, before anything from that step on is written. With checkpoint_path,
 a resumable checkpoint (checkpoint.py) is written after every epoch and every
 checkpoint_minutes; in one process SIGINT or SIGTERM stop after the step in progress with
-one (TrainingInterrupted); resume=True goes on exactly where it stopped.
+one (TrainingInterrupted); resume_from, a checkpoint read back, goes on exactly where it stopped.
 """
 
 import contextlib
@@ -85,7 +85,7 @@ class TrainerConfig:
     log_every = 10  # steps between reading the loss back for the bar and TensorBoard
     checkpoint_path = None  # resumable checkpoint (checkpoint.py), or None
     checkpoint_minutes = None  # also write it every this many minutes within an epoch
-    resume = False  # continue from checkpoint_path if it exists
+    resume_from = None  # a checkpoint (checkpoint.read) to go on from; refused unless its identity is run_identity
     run_identity = None  # a dict saved in the checkpoint; resuming with a different one is refused
     run_facts = None  # a dict saved in the checkpoint as it is (what the model is)
     data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
@@ -220,16 +220,15 @@ class Trainer:
         self.data_seed = c.data_seed if c.data_seed is not None else int(torch.randint(2**62, ()))
         self.epoch_random_state = random.getstate()  # the span corruption's draws replay from it
         self.last_save = time.monotonic()
-        if c.resume and c.checkpoint_path:
-            checkpoint.restore(self, checkpoint.load(c.checkpoint_path, c.run_identity))
+        if c.resume_from is not None:
+            checkpoint.restore(self, checkpoint.verified(c.resume_from, c.checkpoint_path, c.run_identity))
         self.forward = self.ddp = model
         if self.world_size > 1:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.forward = self.ddp = DistributedDataParallel(model, device_ids=device_ids)
         if c.compile:
             self.forward = torch.compile(self.forward, dynamic=True)
-        total = c.max_epochs * len(self.batches)
-        self.bar = tqdm(total=total, initial=self.step, dynamic_ncols=True, desc="training", disable=self.rank != 0)
+        self.bar = None  # train()'s progress bar, closed when it returns
 
     def tokens_before(self, step):
         """Training tokens seen in the batches before batch `step` (0-based): the schedule's clock."""
@@ -249,6 +248,8 @@ class Trainer:
 
     def train(self):
         """Run the epochs from the start, or from the checkpoint when resuming."""
+        total, disable = self.config.max_epochs * len(self.batches), self.rank != 0
+        self.bar = tqdm(total=total, initial=self.step, dynamic_ncols=True, desc="training", disable=disable)
         try:
             with stop_signals_caught(self.config.checkpoint_path and self.world_size == 1) as caught:
                 while self.epoch < self.config.max_epochs:
@@ -272,6 +273,7 @@ class Trainer:
             if batch < skip:
                 continue
             lr, loss = self.train_step(x, y)
+            self.bar.update()
             self.batches_done = batch + 1
             self.epoch_loss += loss
             window_loss += loss
@@ -334,7 +336,6 @@ class Trainer:
         self.step += 1
         failed = self.first_nonfinite.clamp(max=self.step)
         self.first_nonfinite = torch.where(torch.isfinite(loss), self.first_nonfinite, failed)
-        self.bar.update()
         self.log("train/lr", lr)
         return lr, loss
 

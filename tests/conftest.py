@@ -1,8 +1,11 @@
 """Shared fixtures: src/ on sys.path (as the course's autograders have it), small corpora, the assignment data."""
 
 import atexit
+import contextlib
+import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -10,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -28,17 +32,33 @@ TINY = ["--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--bottleneck_dim",
 
 RUN_PY = str(ROOT / "src" / "run.py")
 
+# Under pytest-xdist (pytest.ini: a worker per core) the workers share the cores: each trains,
+# and the commands it runs train, with its share of them as threads, unless OMP_NUM_THREADS says.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ and "OMP_NUM_THREADS" not in os.environ:
+    cores_each = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(cores_each)
+    torch.set_num_threads(cores_each)
+
+
+def run_process(command, timeout, **popen):
+    """
+    subprocess.run(command, capture_output=True, text=True) in a session of its own, so that
+    whatever it starts and leaves running (run.sh's background trainings, torchrun's workers)
+    ends with it, and everything ends on a timeout: no test leaves a process behind.
+    """
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    with subprocess.Popen(command, **pipes, **popen) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
 
 def cli(*args, env=None):
     """Run src/run.py in a fresh interpreter, as a user does: (exit code, stdout, stderr)."""
-    done = subprocess.run(
-        [sys.executable, RUN_PY, *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=RUNS_DIR,
-        timeout=300,
-        env=env,
-    )
+    done = run_process([sys.executable, RUN_PY, *map(str, args)], timeout=300, cwd=RUNS_DIR, env=env)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -58,6 +78,16 @@ def run_main(*args):
     import run
 
     return run.main([str(a) for a in args])
+
+
+def run_main_exit(capsys, *args):
+    """run.py's main in this process, argparse's exits included: (exit code, what it said on stderr)."""
+    capsys.readouterr()
+    try:
+        code = run_main(*args)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
 
 
 def one_line_error(capsys, *args):

@@ -53,14 +53,14 @@ def save_checkpoint(path, identity, **more):
 def test_a_checkpoint_resumes_under_its_own_identity_only(tmp_path):
     path = str(tmp_path / "p.params.ckpt")
     identity = pipeline.run_identity(CFG, DATASET, 256)
-    assert checkpoint.load(path, identity) is None  # none yet: the run starts from the beginning
+    assert checkpoint.read(path) is None  # none yet: the run starts from the beginning
     save_checkpoint(path, identity, epoch=3)
-    assert checkpoint.load(path, identity)["epoch"] == 3 and checkpoint.saved_identity(path) == identity
+    assert checkpoint.verified(checkpoint.read(path), path, identity)["epoch"] == 3
     other = pipeline.run_identity(
         dataclasses.replace(CFG, recipe=dataclasses.replace(HANDOUT, pretrain_lr=3e-3)), DATASET, 256
     )
     with pytest.raises(RunError) as refused:
-        checkpoint.load(path, other)
+        checkpoint.verified(checkpoint.read(path), path, other)
     message = str(refused.value)
     assert len(message.splitlines()) == 1 and path in message and "pretrain_lr 0.006 there, 0.003 here" in message
 
@@ -71,7 +71,7 @@ def test_a_checkpoint_of_the_code_before_is_refused_in_one_line(tmp_path, tiny_w
     identity = pipeline.run_identity(CFG, DATASET, 256)
     torch.save({"model": {}, "epoch": 1, "run_identity": identity}, path)
     with pytest.raises(RunError) as refused:
-        checkpoint.load(path, identity)
+        checkpoint.read(path)
     message = str(refused.value)
     assert len(message.splitlines()) == 1 and path in message
     assert "written by an earlier version of this code: delete it to start over" in message

@@ -17,7 +17,7 @@ import hooks
 import pipeline
 import probed_pretraining
 from config import BLOCK_SIZE, HANDOUT, RECIPES, Stage, parse_stages
-from conftest import CPU_FLAGS, ROOT, RUNS_DIR, SMALL, TINY, cli, evaluate_args, finetune_args
+from conftest import CPU_FLAGS, ROOT, RUNS_DIR, SMALL, TINY, cli, evaluate_args, finetune_args, run_process
 from conftest import run_main as main
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
@@ -347,25 +347,24 @@ def test_benchmark_matmul_rate_alone():
     assert len(lines) == 2 and float(re.search(r"([\d.]+) GFLOP/s", lines[1]).group(1)) > 0
 
 
+BENCHMARK_LINES = {"wiki.txt": 24, "train.tsv": 20, "dev.tsv": 8, "test.tsv": 8}  # of the tiny world's files
+
+
 def benchmark_data(tiny_world, folder):
-    """The tiny world under the assignment's file names, for benchmark.py --data."""
+    """Part of the tiny world under the assignment's file names, for benchmark.py --data."""
     folder.mkdir()
-    for name, ours in [("wiki.txt", "wiki.txt"), ("birth_places_train.tsv", "train.tsv"), ("birth_dev.tsv", "dev.tsv")]:
-        shutil.copy(tiny_world[ours], folder / name)
-    shutil.copy(tiny_world["test.tsv"], folder / "birth_test_inputs.tsv")
+    names = {"wiki.txt": "wiki.txt", "train.tsv": "birth_places_train.tsv", "dev.tsv": "birth_dev.tsv"}
+    for ours, lines in BENCHMARK_LINES.items():
+        kept = open(tiny_world[ours], encoding="utf-8").read().splitlines(keepends=True)[:lines]
+        (folder / names.get(ours, "birth_test_inputs.tsv")).write_text("".join(kept), encoding="utf-8")
     return folder
 
 
 def benchmark_rows(tiny_world, tmp_path, *flags):
     """benchmark.py's vanilla rows on the tiny world, without the sweep: [(measure, straightforward, fast, ratio)]."""
     argv = ["--data", benchmark_data(tiny_world, tmp_path / "data"), "--sweep", "--variants", "vanilla", *flags]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "benchmark.py"), *map(str, argv), "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
+    script = str(ROOT / "experiments" / "benchmark.py")
+    done = run_process([sys.executable, script, *map(str, argv), "--device", "cpu"], timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line.split("|")[2:-1] for line in done.stdout.splitlines() if line.startswith("| vanilla |")]
     return [tuple(cell.strip() for cell in cells) for cells in lines]
@@ -386,7 +385,7 @@ def test_benchmark_reports_the_pace_of_the_handout_pretraining(tiny_world, tmp_p
             "handout pretraining (650 epochs), projected",
         ]
     )
-    people = len(open(tiny_world["wiki.txt"], encoding="utf-8").read().splitlines())
+    people = BENCHMARK_LINES["wiki.txt"]
     for way in (0, 1):  # the straightforward way, then the fast way
         # one step an epoch (fewer people than a batch): tokens, FLOPs and the projection follow from the steps/s
         assert float(tokens[way]) == pytest.approx(people * 127 * float(steps[way]), rel=0.01)
@@ -574,29 +573,37 @@ SMOKE_STAGES = "corpus+pairs; corpus+pairs epochs=1 lr=3e-4 max_shift=13 decay_e
 SMOKE_FINETUNING = ["--finetune_epochs_from_scratch", "1", "--finetune_epochs_from_pretrained", "1"]
 
 
+def assignment_copy(folder):
+    """A folder with run.sh, src/ and a small generated world as the assignment's four files."""
+    folder.mkdir()
+    shutil.copy(ROOT / "run.sh", folder)
+    (folder / "src").symlink_to(ROOT / "src")
+    write_world(folder, n_train=40, n_dev=10, n_test=10, n_places=8)
+    return folder
+
+
+def run_sh(folder, *args, **env):
+    """run.sh's smoke run (one epoch a stage, the small model) on a machine without CUDA, one thread a training."""
+    smoke = ["--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, *SMOKE_FINETUNING, *SMALL]
+    environment = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", **env}
+    command = ["bash", "run.sh", *smoke, *args]
+    return run_process(command, timeout=600, cwd=folder, env=environment)
+
+
 @pytest.mark.slow
-def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
-    """run.sh from a copy of the repository whose data are a small generated world, on a machine without CUDA."""
-    shutil.copy(ROOT / "run.sh", tmp_path)
-    (tmp_path / "src").symlink_to(ROOT / "src")
-    write_world(tmp_path, n_train=40, n_dev=10, n_test=10, n_places=8)
-    done = subprocess.run(
-        ["bash", "run.sh", "--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, *SMOKE_FINETUNING, *SMALL],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=600,
-        env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""},
-    )
+def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(tmp_path):
+    """run.sh from a copy of the repository whose data are a small world, one training after another, then --jobs."""
+    folder = assignment_copy(tmp_path / "sequential")
+    done = run_sh(folder)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "training with --recipe cpu" in done.stderr
     commands = [line.split() for line in done.stderr.splitlines() if " src/run.py " in line]
     trainings = [c for c in commands if c[2] in ("pretrain", "finetune")]
     assert len(commands) == 19 and len(trainings) == 9
     assert all(c[c.index("--recipe") + 1] == "cpu" for c in trainings)
-    stage_logs = [name for name in os.listdir(tmp_path / "expt" / "pretrain") if name.startswith("run_stage2_")]
+    stage_logs = [name for name in os.listdir(folder / "expt" / "pretrain") if name.startswith("run_stage2_")]
     assert sorted(name.split("_")[2] for name in stage_logs) == ["perceiver", "rope", "synthesizer", "vanilla"]
-    rows = (tmp_path / "results.md").read_text(encoding="utf-8").splitlines()
+    rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()
     assert [row.split("|")[1].strip() for row in rows[3:]] == [
         "London baseline",
         "vanilla without pretraining",
@@ -613,59 +620,27 @@ def test_run_sh_runs_the_whole_assignment_with_the_cpu_recipe(tmp_path):
         "synthesizer.pretrain",
         "rope.pretrain",
     ]:
-        assert (tmp_path / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
+        assert (folder / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
 
-
-def assignment_copy(folder):
-    """A folder with run.sh, src/ and a small generated world as the assignment's four files."""
-    folder.mkdir()
-    shutil.copy(ROOT / "run.sh", folder)
-    (folder / "src").symlink_to(ROOT / "src")
-    write_world(folder, n_train=40, n_dev=10, n_test=10, n_places=8)
-    return folder
-
-
-def run_sh(folder, *args, **env):
-    smoke = ["--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, *SMOKE_FINETUNING, *SMALL]
-    environment = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", **env}
-    command = ["bash", "run.sh", *smoke, *args]
-    return subprocess.run(command, capture_output=True, text=True, cwd=folder, timeout=600, env=environment)
-
-
-@pytest.mark.slow
-def test_run_sh_jobs_trains_side_by_side_to_the_sequential_results(tmp_path):
-    """--jobs 2 with one thread per training ends with the table and predictions of the sequential run's."""
-    one_thread = dict(OMP_NUM_THREADS="1", VARIANTS="vanilla")
-    sequential, side_by_side = assignment_copy(tmp_path / "sequential"), assignment_copy(tmp_path / "jobs")
-    done = run_sh(sequential, **one_thread)
-    assert done.returncode == 0, done.stderr[-2000:]
-    done = run_sh(side_by_side, "--jobs", "2", **one_thread)
-    assert done.returncode == 0, done.stderr[-2000:]
+    # --jobs 2, one thread a training: a latent length the block cannot hold fails the perceiver's
+    # pretraining (vanilla has no use for it), named in one line with its log; the others' rows
+    # and predictions are the sequential run's, bit for bit
+    sequential, folder = folder, assignment_copy(tmp_path / "jobs")
+    done = run_sh(folder, "--jobs", "2", "--bottleneck_dim", "200", VARIANTS="vanilla perceiver")
+    assert done.returncode == 1
     assert "the trainings, 2 at a time, 1 thread(s) each" in done.stderr
+    assert "run.sh: perceiver with pretraining failed: see logs/perceiver.pretrain.log" in done.stderr.splitlines()
     assert " src/run.py " not in done.stderr  # each training's commands and bars went to its own log
-    table = (side_by_side / "results.md").read_text(encoding="utf-8")
-    assert table == (sequential / "results.md").read_text(encoding="utf-8")
-    rows = [row.split("|")[1].strip() for row in table.splitlines()[3:]]
-    assert rows == ["London baseline", "vanilla without pretraining", "vanilla with pretraining"]
+    assert "bottleneck_dim 200" in (folder / "logs" / "perceiver.pretrain.log").read_text(encoding="utf-8")
+    rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()
+    sequential_rows = (sequential / "results.md").read_text(encoding="utf-8").splitlines()
+    assert rows[:6] == sequential_rows[:6]  # the heading, London, vanilla without and with pretraining
+    assert rows[6:] == ["| perceiver with pretraining | failed: see logs/perceiver.pretrain.log |"], rows
     for prefix in ["vanilla.nopretrain", "vanilla.pretrain"]:
         for split in ("dev", "test"):
             name = f"{prefix}.{split}.predictions"
-            assert (side_by_side / name).read_bytes() == (sequential / name).read_bytes(), name
-        assert " src/run.py evaluate " in (side_by_side / "logs" / f"{prefix}.log").read_text(encoding="utf-8")
-
-
-@pytest.mark.slow
-def test_run_sh_jobs_names_a_failed_training_and_keeps_the_others(tmp_path):
-    folder = assignment_copy(tmp_path / "run")
-    # a latent length the block cannot hold: the perceiver's pretraining refuses it, vanilla has no use for it
-    done = run_sh(folder, "--jobs", "2", "--bottleneck_dim", "200", OMP_NUM_THREADS="1", VARIANTS="perceiver")
-    assert done.returncode == 1
-    assert "run.sh: perceiver with pretraining failed: see logs/perceiver.pretrain.log" in done.stderr.splitlines()
-    assert "bottleneck_dim 200" in (folder / "logs" / "perceiver.pretrain.log").read_text(encoding="utf-8")
-    rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()[4:]
-    assert re.fullmatch(r"\| vanilla without pretraining \| \d+ out of 10: [\d.]+% \|", rows[0]), rows
-    assert rows[1] == "| perceiver with pretraining | failed: see logs/perceiver.pretrain.log |"
-    assert (folder / "vanilla.nopretrain.test.predictions").exists()
+            assert (folder / name).read_bytes() == (sequential / name).read_bytes(), name
+        assert " src/run.py evaluate " in (folder / "logs" / f"{prefix}.log").read_text(encoding="utf-8")
 
 
 VARIANT_NAMES = "(vanilla, perceiver, synthesizer, rope)"
@@ -686,13 +661,18 @@ def test_run_sh_refuses_a_bad_jobs_count_or_variant():
         assert done.returncode == 2 and done.stderr.strip() == said, done.stderr
 
 
-REDUCED_DEMO = "--n_train 30 --n_dev 20 --n_test 1 --n_places 10 --bios_per_person 3 --shuffle_sentences --full_names"
+# ./run.sh demo made small: 26 people, the demo's model with two blocks, 100 epochs decayed over them
+# (at 60 it recalled 2 of 16 with two threads, at 80 9 with one and two)
+REDUCED_DEMO = dict(
+    DEMO_WORLD="--n_train 10 --n_dev 16 --n_test 1 --n_places 10 --bios_per_person 3 --shuffle_sentences --full_names",
+    DEMO_FLAGS="--n_layer 2 --pretrain_epochs 100 --decay_epochs 100",
+)
 
 
 @pytest.mark.slow
 def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tmp_path):
     """
-    ./run.sh demo at a reduced size (about two minutes on two cores). Its margins are what a
+    ./run.sh demo at a reduced size (about 50 seconds on two cores). Its margins are what a
     broken pipeline cannot reach: the pretrained model recalls most held-out birthplaces from
     their biographies; after the gentle finetuning from it, nearly every dev answer is a place of
     the world (a finetune that ignores the pretrained weights, params that fail to load or a
@@ -702,15 +682,8 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     """
     shutil.copy(ROOT / "run.sh", tmp_path)  # run.sh works in its own folder: the demo's files stay out of the checkout
     (tmp_path / "src").symlink_to(ROOT / "src")  # src/ alone: the demo needs nothing of experiments/
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "CUDA_VISIBLE_DEVICES": "",
-        "DEMO_WORLD": REDUCED_DEMO,  # the demo's 150 epochs: at 100, two threads recalled 6 of 19, one thread 12
-    }
-    done = subprocess.run(
-        ["bash", "run.sh", "demo"], capture_output=True, text=True, cwd=tmp_path, timeout=900, env=env
-    )
+    env = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", **REDUCED_DEMO}
+    done = run_process(["bash", "run.sh", "demo"], timeout=900, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     result = re.fullmatch(
         r"demo result: pretrain\+finetune ([\d.]+)%, finetune only ([\d.]+)%, "
@@ -719,7 +692,7 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     )
     assert result, done.stdout
     recalled, probed = map(int, re.search(r"biographies: (\d+) of (\d+) birthplaces recalled", done.stdout).groups())
-    assert recalled >= 0.4 * probed and probed >= 15  # 17 of 19 measured with two threads, 18 with one
+    assert recalled >= 0.4 * probed and probed >= 15  # 10 of 16 measured with two threads
 
     demo = tmp_path / "demo"
     world = demo / "world"
@@ -730,11 +703,11 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     assert before, done.stdout
     for name, printed in (("pretrained", result[1]), ("scratch", result[2]), ("before_finetuning", before[3])):
         answers = (demo / f"{name}.dev.predictions").read_text(encoding="utf-8").splitlines()
-        assert len(answers) == len(dev) == 20
+        assert len(answers) == len(dev) == 16
         assert float(printed) == pytest.approx(100 * sum(a == p for a, (_, p) in zip(answers, dev)) / len(dev))
     pretrained_answers = (demo / "pretrained.dev.predictions").read_text(encoding="utf-8").splitlines()
-    # 20 measured with two threads, 18 with one; 0 for the same finetuning from scratch
-    assert sum(answer in places for answer in pretrained_answers) >= 12, pretrained_answers
+    # 14 measured with two threads; fragments for the same finetuning from scratch
+    assert sum(answer in places for answer in pretrained_answers) >= 10, pretrained_answers
     assert float(result[1]) < 100
 
 

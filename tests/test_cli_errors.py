@@ -14,7 +14,18 @@ import arguments
 import london_baseline
 import probed_pretraining
 from config import HANDOUT, RECIPES, Recipe
-from conftest import CPU_FLAGS, ROOT, SMALL, TINY, another_value, cli, evaluate_args, finetune_args, one_line_error
+from conftest import (
+    CPU_FLAGS,
+    ROOT,
+    SMALL,
+    TINY,
+    another_value,
+    cli,
+    evaluate_args,
+    finetune_args,
+    one_line_error,
+    run_main_exit,
+)
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
@@ -481,9 +492,26 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         ),
     ],
 )
-def test_command_line_mistakes_are_one_line(args, message, tiny_world):
-    code, out, err = cli(*[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
+def test_command_line_mistakes_are_one_line(args, message, tiny_world, capsys):
+    code, err = run_main_exit(capsys, *[tiny_world["wiki.txt"] if a == "WIKI" else a for a in args])
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    "flag, replacement",
+    [
+        (["--max_epochs", "1"], "use --pretrain_epochs (pretrain), or --finetune_epochs_from_scratch and "),
+        (["--batch_size=64"], "use --pretrain_batch_size (pretrain) or --finetune_batch_size (finetune)"),
+        (["--shifted_epochs", "20"], "use the second stage's epochs in --pretrain_stages, e.g. --pretrain_stages"),
+        (["--shifted_lr", "3e-4"], "use the second stage's lr in --pretrain_stages"),
+        (["--shifted_max_shift", "13"], "use the second stage's max_shift in --pretrain_stages"),
+    ],
+)
+def test_the_flags_of_earlier_versions_point_to_their_replacements(flag, replacement, tiny_world, tmp_path, capsys):
+    args = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", tmp_path / "p.params", *flag]
+    code, err = run_main_exit(capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"{flag[0].split('=')[0]} is gone: " in err, err
+    assert replacement in err and not list(tmp_path.iterdir())
 
 
 def parsed(*flags):

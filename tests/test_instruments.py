@@ -65,7 +65,7 @@ def trained(tmp_path_factory):
 
 
 def load(folder, params):
-    setup = pipeline.build(cfg("evaluate", folder, reading_params_path=str(folder / params)))
+    setup = pipeline.build(*pipeline.resolved(cfg("evaluate", folder, reading_params_path=str(folder / params))))
     return setup.model.eval(), setup.corpus
 
 

@@ -14,9 +14,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+import checkpoint
 import pipeline
 from config import HANDOUT, RunConfig, parse_stages
-from conftest import RUN_PY, RUNS_DIR, TINY, cli, evaluate_args, finetune_args, one_line_error
+from conftest import RUN_PY, RUNS_DIR, TINY, cli, evaluate_args, finetune_args, one_line_error, run_process
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
@@ -400,7 +401,7 @@ def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path, corrupt_by_
             final_tokens=20000,
             checkpoint_path=str(tmp_path / "c.ckpt"),
             checkpoint_minutes=1e-9,
-            resume=resume,
+            resume_from=checkpoint.read(str(tmp_path / "c.ckpt")) if resume else None,
             data_seed=5,
             device="cpu",
             corrupt_by_epoch=corrupt_by_epoch,
@@ -594,14 +595,7 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for command in commands:
-        done = subprocess.run(
-            [*torchrun, RUN_PY, *map(str, command), *TINY],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=300,
-            env=env,
-        )
+        done = run_process([*torchrun, RUN_PY, *map(str, command), *TINY], timeout=300, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
     assert pre.exists() and ft.exists() and not (tmp_path / "pre.params.ckpt").exists()
     assert sorted(p.name for p in tmp_path.glob("pre.params*")) == ["pre.params", "pre.params.json"]  # no stage's files
