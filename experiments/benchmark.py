@@ -44,6 +44,7 @@ import copy
 import dataclasses
 import math
 import multiprocessing
+import re
 import shutil
 import subprocess
 import sys
@@ -71,7 +72,16 @@ from world import FILES, write_world
 SWEEP_STEPS = 3
 # Dense peak TFLOP/s without tensor cores (fp32, the handout's precision), from the vendors' data sheets,
 # by a part of torch.cuda.get_device_name(); the first match wins.
-PEAK_FP32_TFLOPS = {"H100 PCIe": 51.0, "H100": 67.0, "H200": 67.0, "A100": 19.5, "L4": 30.3, "T4": 8.1}
+PEAK_FP32_TFLOPS = {
+    "H100 PCIe": 51.0,
+    "H100": 67.0,
+    "H200": 67.0,
+    "A100": 19.5,
+    "L40S": 91.6,
+    "L40": 90.5,
+    "L4": 30.3,
+    "T4": 8.1,
+}
 
 
 def model_config(variant, vocab_size, block_size):
@@ -165,7 +175,7 @@ def timed_training(function, variant, model, dataset, schedule_examples, fast, g
         ends.append(time.perf_counter())
 
     recipe = dataclasses.replace(HANDOUT, full_padding=not fast, group_by_length=fast and group_by_length)
-    cfg = RunConfig(function, variant, "", recipe=recipe, num_workers=0)
+    cfg = RunConfig(function, variant, "", recipe=recipe)  # the DataLoader workers of run.py's default
     pretraining = function == "pretrain"
     training = dict(
         epochs=epochs,
@@ -199,8 +209,14 @@ def peak_flops(args):
         return args.peak_tflops * 1e12
     if torch.device(args.device).type != "cuda":
         return None
-    name = torch.cuda.get_device_name(torch.device(args.device))
-    return next((tflops * 1e12 for part, tflops in PEAK_FP32_TFLOPS.items() if part in name), None)
+    tflops = peak_tflops_of(torch.cuda.get_device_name(torch.device(args.device)))
+    return tflops and tflops * 1e12
+
+
+def peak_tflops_of(device_name):
+    """PEAK_FP32_TFLOPS of the first model named in full in device_name ("NVIDIA L40S" is not an L4), or None."""
+    words = re.findall(r"[A-Za-z0-9]+", device_name)
+    return next((tflops for part, tflops in PEAK_FP32_TFLOPS.items() if f" {part} " in f" {' '.join(words)} "), None)
 
 
 def single_core_matmul_gflops(size=512, seconds=2.0):

@@ -20,8 +20,10 @@ class LowRankDelta(nn.Module):
     def __init__(self, weight, rank):
         super().__init__()
         out_features, in_features = weight.shape
-        self.A = nn.Parameter(torch.randn(rank, in_features, dtype=weight.dtype) / math.sqrt(in_features))
-        self.B = nn.Parameter(torch.zeros(out_features, rank, dtype=weight.dtype))
+        # drawn by the CPU's generator, then put where the weight is (a model already on its device)
+        a = torch.randn(rank, in_features, dtype=weight.dtype) / math.sqrt(in_features)
+        self.A = nn.Parameter(a.to(weight.device))
+        self.B = nn.Parameter(torch.zeros(out_features, rank, dtype=weight.dtype, device=weight.device))
 
     def forward(self, weight):
         return weight + self.B @ self.A

@@ -136,7 +136,7 @@ def build_parser(prog="run.py", description=None):
         type=int,
         choices=range(0, 65),
         metavar="N",
-        help="DataLoader worker processes (default: 4 with CUDA, else 0)",
+        help="DataLoader worker processes (default: with CUDA, the cores but one, at most 4; else 0)",
     )
     c.add_argument("--resume", action="store_true", help="continue from <writing_params_path>.ckpt if it exists")
     c.add_argument(

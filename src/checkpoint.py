@@ -41,7 +41,7 @@ def state(trainer):
         "data_seed": t.data_seed,
         "python_random": t.epoch_random_state,
         "torch_random": torch.get_rng_state(),
-        "cuda_random": torch.cuda.get_rng_state_all() if t.device.type == "cuda" else None,
+        "cuda_random": torch.cuda.get_rng_state(t.device) if t.device.type == "cuda" else None,  # its GPU's only
         "run_identity": t.config.run_identity,
         "run_facts": t.config.run_facts,
     }
@@ -103,6 +103,6 @@ def restore(trainer, checkpoint):
     else:
         torch.set_rng_state(checkpoint["torch_random"])
         if checkpoint["cuda_random"] is not None and t.device.type == "cuda":
-            torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
+            torch.cuda.set_rng_state(checkpoint["cuda_random"], t.device)
     if t.rank == 0:
         logger.warning("resuming from %s after %d steps (%d epochs done)", t.config.checkpoint_path, t.step, t.epoch)

@@ -8,6 +8,7 @@ a checkpoint's identity and a params file's facts are all derived from Recipe's 
 import dataclasses
 import inspect
 import math
+import os
 import re
 from typing import Optional
 
@@ -16,7 +17,7 @@ from errors import RunError
 
 BLOCK_SIZE = 128
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
-CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA (none on the CPU)
+CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA at most (none on the CPU), one core left to training
 # the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
 # LayerNorms (ln1, ln2 and the final ln_f), the output head
 FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
@@ -294,7 +295,7 @@ class RunConfig:
     given: frozenset = frozenset()  # the recipe fields the command line set
     seed: int = 0
     device: str = "auto"
-    num_workers: Optional[int] = None  # DataLoader workers (None: CUDA_NUM_WORKERS with CUDA, else 0)
+    num_workers: Optional[int] = None  # DataLoader workers (None: default_num_workers)
     resume: bool = False
     checkpoint_minutes: Optional[float] = None
     keep_checkpoint: bool = False
@@ -310,6 +311,17 @@ class RunConfig:
         "finetune": ("writing_params_path", "finetune_corpus_path"),
         "evaluate": ("reading_params_path", "eval_corpus_path", "outputs_path"),
     }
+
+
+def default_num_workers(device):
+    """
+    DataLoader workers where none are asked for: none on the CPU; with CUDA, one per core this
+    process may use but one (left to training), at most CUDA_NUM_WORKERS: one on Colab's two vCPUs.
+    """
+    if device.type != "cuda":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(0, min(CUDA_NUM_WORKERS, cores - 1))
 
 
 def resolve_recipe(cfg, facts):

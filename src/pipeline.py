@@ -30,7 +30,7 @@ from torch.utils.data import ConcatDataset
 import adapters
 import checkpoint
 from augment import viewed
-from config import BLOCK_SIZE, CUDA_NUM_WORKERS, RunConfig, resolve_recipe
+from config import BLOCK_SIZE, RunConfig, default_num_workers, resolve_recipe
 from decoding import predict_answers
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from errors import RunError
@@ -142,7 +142,7 @@ def trainer_config(cfg, device, epochs, batch_size, learning_rate, final_tokens,
         warmup_tokens=r.warmup_tokens,
         final_tokens=final_tokens,
         weight_decay=r.weight_decay,
-        num_workers=cfg.num_workers if cfg.num_workers is not None else CUDA_NUM_WORKERS * (device.type == "cuda"),
+        num_workers=cfg.num_workers if cfg.num_workers is not None else default_num_workers(device),
         device=device,
         decay_groups=r.decay_groups,
         lr_schedule=r.lr_schedule,

@@ -1,9 +1,12 @@
 """batching.py's pure functions, without a model or a Trainer."""
 
+import os
+
 import pytest
 import torch
 
 from batching import forward_passes, rank_rows, real_lengths
+from config import default_num_workers
 
 
 def padded_batch(lengths, width=12, seed=0):
@@ -76,3 +79,11 @@ def test_the_shares_of_passes_and_ranks_add_up_to_the_world_size_and_the_global_
     assert sum(all_shares) == pytest.approx(world_size)
     # DistributedDataParallel averages the ranks: that is the mean over the whole batch
     assert sum(rank_losses) / world_size == pytest.approx(float(losses[y != 0].mean()))
+
+
+def test_dataloader_workers_follow_the_cores_on_cuda_only(monkeypatch):
+    """Colab's two vCPUs get one worker, a large host four, one core none; the CPU never any."""
+    for cores, workers in [(2, 1), (1, 0), (16, 4), (5, 4)]:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
+        assert default_num_workers(torch.device("cuda")) == workers
+        assert default_num_workers(torch.device("cpu")) == 0

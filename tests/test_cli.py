@@ -339,6 +339,14 @@ def test_benchmark_sweep_runs(tmp_path):
     assert re.search(r"^one core's fp32 matmul \(512 x 512\): \d+\.\d GFLOP/s$", done.stdout, re.M), done.stdout
 
 
+def test_benchmark_names_the_peak_of_the_gpu_named_in_full():
+    from benchmark import peak_tflops_of
+
+    assert peak_tflops_of("NVIDIA L4") == 30.3 and peak_tflops_of("NVIDIA L40S") == 91.6  # not an L4
+    assert peak_tflops_of("NVIDIA H100 PCIe") == 51.0 and peak_tflops_of("NVIDIA H100 80GB HBM3") == 67.0
+    assert peak_tflops_of("NVIDIA A100-SXM4-80GB") == 19.5 and peak_tflops_of("NVIDIA GeForce RTX 4090") is None
+
+
 def test_benchmark_matmul_rate_alone():
     script = str(ROOT / "experiments" / "benchmark.py")
     done = subprocess.run([sys.executable, script, "--matmul_rate"], capture_output=True, text=True, timeout=120)
