@@ -16,7 +16,7 @@ import sys
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from config import RECIPES, Recipe, RunConfig, field_comments, parse_value
+from config import CUDA_CHECKPOINT_MINUTES, RECIPES, Recipe, RunConfig, field_comments, parse_value
 from distributed import launch_rank
 from errors import RunError
 from model import VARIANTS
@@ -143,7 +143,8 @@ def build_parser(prog="run.py", description=None):
         "--checkpoint_minutes",
         type=positive_float,
         metavar="N",
-        help="also write the checkpoint every N minutes within an epoch (default: after every epoch only)",
+        help="also write the checkpoint every N minutes within an epoch (default: after every epoch only; "
+        f"on CUDA every {CUDA_CHECKPOINT_MINUTES} minutes and at the end, not after every epoch)",
     )
     c.add_argument("--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes")
     add_recipe_flags(p)

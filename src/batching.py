@@ -8,9 +8,10 @@ of the batch's targets).
 """
 
 import math
+import random
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 LENGTH_GROUPING_POOL = 16  # with group_by_length, batches per pool of examples grouped by length
 
@@ -25,7 +26,8 @@ class EpochBatches:
     """
     The global batches (x, y) of an epoch, in an order fixed by the epoch's seed. The
     examples come from a DataLoader (or, with corrupt_by_epoch, all at once from the
-    dataset's corrupt_all), in chunks of one batch, or of LENGTH_GROUPING_POOL batches
+    dataset's corrupt_all; with workers, each example drawn with its own seed: EpochKeys),
+    in chunks of one batch, or of LENGTH_GROUPING_POOL batches
     with group_by_length; length_buckets then cuts each batch after its last real target
     (full_padding leaves the batches at the block size, as the course's are).
     """
@@ -35,17 +37,22 @@ class EpochBatches:
         self.generator = torch.Generator()
         pool = LENGTH_GROUPING_POOL if config.group_by_length and not config.full_padding else 1
         self.chunk_size = config.batch_size * pool
-        self.loader = None
-        if not config.corrupt_by_epoch:
-            self.loader = DataLoader(
-                dataset,
-                batch_size=self.chunk_size,
-                shuffle=True,
-                generator=self.generator,
-                num_workers=config.num_workers,
-                persistent_workers=config.num_workers > 0,
-                pin_memory=pin_memory,
-            )
+        self.loader, self.keys = None, None
+        if config.corrupt_by_epoch:
+            return
+        if config.num_workers == 0:
+            order = dict(shuffle=True, generator=self.generator)
+        else:  # persistent workers: each example drawn with its own seed (SeededItems), from the epoch's keys
+            self.keys = EpochKeys(len(dataset))
+            dataset, order = SeededItems(dataset), dict(sampler=self.keys, generator=torch.Generator())
+        self.loader = DataLoader(
+            dataset,
+            batch_size=self.chunk_size,
+            num_workers=config.num_workers,
+            persistent_workers=config.num_workers > 0,
+            pin_memory=pin_memory,
+            **order,
+        )
 
     def __len__(self):
         """Steps per epoch."""
@@ -54,6 +61,8 @@ class EpochBatches:
     def epoch(self, seed):
         """The epoch's global batches (x, y), each (B, T), drawn with a generator seeded with `seed`."""
         self.generator.manual_seed(seed)
+        if self.keys is not None:
+            self.keys.draw(self.generator)
         for x, y in self.chunks():
             if self.config.full_padding:
                 yield x, y
@@ -66,6 +75,43 @@ class EpochBatches:
         order = torch.randperm(len(self.dataset), generator=self.generator)
         x, y = self.dataset.corrupt_all(order, self.generator)
         return zip(x.split(self.chunk_size), y.split(self.chunk_size))
+
+
+class EpochKeys(Sampler):
+    """
+    The epoch's examples in their order, each with the seed its span corruption is drawn with:
+    (index, seed) keys drawn from the epoch's generator, so that the epoch is the same whichever
+    worker process draws it and however many epochs the workers ran before (a resumed run).
+    """
+
+    def __init__(self, size):
+        self.size, self.keys = size, []
+
+    def draw(self, generator):
+        order = torch.randperm(self.size, generator=generator)
+        seeds = torch.randint(2**62, (self.size,), generator=generator)
+        self.keys = list(zip(order.tolist(), seeds.tolist()))
+
+    def __len__(self):
+        return self.size
+
+    def __iter__(self):
+        return iter(self.keys)
+
+
+class SeededItems(Dataset):
+    """`dataset` read by (index, seed) keys: the item at index drawn after seeding Python's random with seed."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        index, seed = key
+        random.seed(seed)
+        return self.dataset[index]
 
 
 def length_buckets(x, y, batch_size, generator=None):

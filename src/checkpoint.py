@@ -1,9 +1,10 @@
 """
 A training's resumable checkpoint: what it holds (state), how it is written (save) and
 read back (read, and verified: refusing another run's), and how a Trainer is put back (restore), so
-that a resumed run goes on exactly as an uninterrupted one would (bit for bit on a CPU
-without DataLoader workers: every epoch's data order comes from its own seed, and the
-span corruption's draws replay from Python's random state at the epoch's start).
+that a resumed run goes on exactly as an uninterrupted one would (bit for bit on a CPU:
+every epoch's data order comes from its own seed, and the span corruption's draws replay
+from Python's random state at the epoch's start, or with DataLoader workers from each
+example's seed drawn with the order: batching.EpochKeys).
 
 What a checkpoint belongs to (its identity) is a dict the caller derives from its
 settings (pipeline.run_identity: the whole recipe, the data, the stage); resuming under

@@ -17,6 +17,7 @@ from errors import RunError
 
 BLOCK_SIZE = 128
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
+CUDA_CHECKPOINT_MINUTES = 2  # on CUDA a checkpoint every 2 minutes, not after every (sub-second) epoch
 CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA at most (none on the CPU), one core left to training
 # the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
 # LayerNorms (ln1, ln2 and the final ln_f), the output head
@@ -297,7 +298,7 @@ class RunConfig:
     device: str = "auto"
     num_workers: Optional[int] = None  # DataLoader workers (None: default_num_workers)
     resume: bool = False
-    checkpoint_minutes: Optional[float] = None
+    checkpoint_minutes: Optional[float] = None  # None: after every epoch; on CUDA every CUDA_CHECKPOINT_MINUTES
     keep_checkpoint: bool = False
     tb_expt_name: str = "run"
     tensorboard_root: str = "expt"  # relative to the working directory

@@ -11,8 +11,8 @@ building the model, carrying the params of the stage before, and training it wit
 Trainer (trainer.py); the last writes the params and their facts (params.py).
 
 Every problem a run reports in one line is a RunError, caught only by the command line.
-pretrain and finetune keep a resumable checkpoint at <writing_params_path>.ckpt (after
-every epoch, and every checkpoint_minutes); resume=True continues from it. Under
+pretrain and finetune keep a resumable checkpoint at <writing_params_path>.ckpt (after every
+epoch, on CUDA every few minutes; trainer_config); resume=True continues from it. Under
 torchrun every rank runs the same call with DistributedDataParallel; rank 0 alone writes.
 """
 
@@ -30,7 +30,7 @@ from torch.utils.data import ConcatDataset
 import adapters
 import checkpoint
 from augment import viewed
-from config import BLOCK_SIZE, RunConfig, default_num_workers, resolve_recipe
+from config import BLOCK_SIZE, CUDA_CHECKPOINT_MINUTES, RunConfig, default_num_workers, resolve_recipe
 from decoding import predict_answers
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from errors import RunError
@@ -132,8 +132,11 @@ def run_identity(cfg, dataset, vocab_size, stage=1):
 
 
 def trainer_config(cfg, device, epochs, batch_size, learning_rate, final_tokens, pretraining, **more):
-    """The TrainerConfig of a training under cfg's recipe (the benchmark times exactly this)."""
-    r = cfg.recipe
+    """
+    The TrainerConfig of a training under cfg's recipe (the benchmark times exactly this). On
+    CUDA, where an epoch takes a fraction of a second, a checkpoint every few minutes, not every epoch.
+    """
+    r, cuda = cfg.recipe, device.type == "cuda"
     return TrainerConfig(
         max_epochs=epochs,
         batch_size=batch_size,
@@ -153,6 +156,8 @@ def trainer_config(cfg, device, epochs, batch_size, learning_rate, final_tokens,
         compile=r.compile,
         lm_weight=0.0 if pretraining else r.finetune_lm_weight,
         data_seed=cfg.seed,
+        checkpoint_minutes=cfg.checkpoint_minutes or (CUDA_CHECKPOINT_MINUTES if cuda else None),
+        checkpoint_every_epoch=not cuda,
         **more,
     )
 
@@ -176,7 +181,7 @@ def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epo
     identity, path = run_identity(cfg, dataset, setup.corpus.vocab_size, stage), cfg.writing_params_path + ".ckpt"
     config = trainer_config(
         cfg, device, **training, writer=writer, epoch_end=epoch_hooks, checkpoint_path=path,
-        checkpoint_minutes=cfg.checkpoint_minutes, resume_from=saved, run_identity=identity, run_facts=facts,
+        resume_from=saved, run_identity=identity, run_facts=facts,
     )  # fmt: skip
     try:
         Trainer(setup.model, dataset, None, config).train()

@@ -20,9 +20,10 @@ rows of similar length, the fused AdamW, the loss read back every log_every step
 
 A step whose loss is not finite stops training (RunError naming the step) where the loss
 is read back next, before anything from that step on is written. With checkpoint_path,
-a resumable checkpoint (checkpoint.py) is written after every epoch and every
-checkpoint_minutes; in one process SIGINT or SIGTERM stop after the step in progress with
-one (TrainingInterrupted); resume_from, a checkpoint read back, goes on exactly where it stopped.
+a resumable checkpoint (checkpoint.py) is written every checkpoint_minutes and after every
+epoch (without checkpoint_every_epoch, after the last only); in one process SIGINT or
+SIGTERM stop after the step in progress with one (TrainingInterrupted); resume_from, a
+checkpoint read back, goes on exactly where it stopped.
 """
 
 import contextlib
@@ -85,6 +86,7 @@ class TrainerConfig:
     log_every = 10  # steps between reading the loss back for the bar and TensorBoard
     checkpoint_path = None  # resumable checkpoint (checkpoint.py), or None
     checkpoint_minutes = None  # also write it every this many minutes within an epoch
+    checkpoint_every_epoch = True  # write it after every epoch (False: after the last, and when the minutes are due)
     resume_from = None  # a checkpoint (checkpoint.read) to go on from; refused unless its identity is run_identity
     run_identity = None  # a dict saved in the checkpoint; resuming with a different one is refused
     run_facts = None  # a dict saved in the checkpoint as it is (what the model is)
@@ -278,14 +280,14 @@ class Trainer:
             self.epoch_loss += loss
             window_loss += loss
             window_steps += 1
-            if self.step % c.log_every == 0:
+            logged = self.step % c.log_every == 0
+            if logged:
                 mean = self.read_back(window_loss) / window_steps
                 window_loss.zero_()
                 window_steps = 0
                 self.bar.set_description(f"epoch {epoch + 1}/{c.max_epochs} loss {mean:.4f} lr {lr:.2e}", refresh=False)
                 self.log("train/loss", mean)
-            due = c.checkpoint_minutes and time.monotonic() - self.last_save >= 60 * c.checkpoint_minutes
-            if c.checkpoint_path and (due or caught):  # caught only has signals when there is a checkpoint path
+            if self.timed_checkpoint_due(logged) or caught:  # caught only has signals when there is a checkpoint path
                 self.read_back(self.epoch_loss)
                 self.save_checkpoint()
             if caught:
@@ -304,7 +306,8 @@ class Trainer:
         self.epoch, self.batches_done = epoch + 1, 0
         self.epoch_loss = torch.zeros((), device=self.device)
         self.epoch_random_state = random.getstate()
-        if c.checkpoint_path:
+        last = self.epoch == c.max_epochs
+        if c.checkpoint_path and (c.checkpoint_every_epoch or last or self.timed_checkpoint_due(logged=True)):
             self.save_checkpoint()
 
     def train_step(self, x, y):
@@ -338,6 +341,24 @@ class Trainer:
         self.first_nonfinite = torch.where(torch.isfinite(loss), self.first_nonfinite, failed)
         self.log("train/lr", lr)
         return lr, loss
+
+    def timed_checkpoint_due(self, logged):
+        """
+        Whether checkpoint_minutes have passed since the last checkpoint. Under torchrun one
+        decision for every rank, whose clocks differ (the checkpoint's read-back is collective):
+        taken after the steps whose loss is read back (`logged`), due when any rank's clock says so.
+        """
+        c = self.config
+        if not (c.checkpoint_path and c.checkpoint_minutes):
+            return False
+        due = time.monotonic() - self.last_save >= 60 * c.checkpoint_minutes
+        if self.world_size == 1:
+            return due
+        if not logged:
+            return False
+        flag = torch.tensor(int(due), device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag)
 
     def to_device(self, t):
         """A CPU tensor on the training device; on CUDA through pinned memory, without waiting for the copy."""

@@ -90,6 +90,18 @@ def run_main_exit(capsys, *args):
     return code, capsys.readouterr().err
 
 
+def checkpoint_steps(trainer):
+    """The steps after which `trainer` writes its checkpoint: a list it fills as it trains."""
+    steps, save = [], trainer.save_checkpoint
+
+    def recorded():
+        steps.append(trainer.step)
+        save()
+
+    trainer.save_checkpoint = recorded
+    return steps
+
+
 def one_line_error(capsys, *args):
     """Run main in-process; assert exit code 2 and a single stderr line; return that line."""
     capsys.readouterr()

@@ -5,8 +5,10 @@ import os
 import pytest
 import torch
 
-from batching import forward_passes, rank_rows, real_lengths
+from batching import EpochBatches, forward_passes, rank_rows, real_lengths
 from config import default_num_workers
+from dataset import CharCorruptionDataset
+from trainer import TrainerConfig
 
 
 def padded_batch(lengths, width=12, seed=0):
@@ -87,3 +89,21 @@ def test_dataloader_workers_follow_the_cores_on_cuda_only(monkeypatch):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
         assert default_num_workers(torch.device("cuda")) == workers
         assert default_num_workers(torch.device("cpu")) == 0
+
+
+def test_an_epoch_with_workers_is_the_same_after_a_resume(tiny_world):
+    """
+    DataLoader workers live on from epoch to epoch: a resumed run's loader, made at epoch 1,
+    must give epoch 1 the order and span corruptions of the loader that ran epoch 0 first.
+    """
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        corpus = CharCorruptionDataset(f.read(), 64)
+    config = TrainerConfig(batch_size=16, num_workers=2)
+    uninterrupted, resumed = EpochBatches(corpus, config), EpochBatches(corpus, config)
+    list(uninterrupted.epoch(7))
+    batches, resumed_batches = list(uninterrupted.epoch(8)), list(resumed.epoch(8))
+    assert len(batches) == len(resumed_batches) == len(uninterrupted)
+    for (x, y), (rx, ry) in zip(batches, resumed_batches):
+        assert torch.equal(x, rx) and torch.equal(y, ry)
+    assert sum(len(y) for _, y in batches) == len(corpus)
+    assert sorted(index for index, _ in resumed.keys.keys) == list(range(len(corpus)))  # every example once

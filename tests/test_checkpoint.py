@@ -11,10 +11,13 @@ import torch
 import checkpoint
 import params
 import pipeline
-from config import HANDOUT, Recipe, RunConfig
-from conftest import TINY, another_value, one_line_error
+from config import CUDA_CHECKPOINT_MINUTES, HANDOUT, Recipe, RunConfig
+from conftest import TINY, another_value, checkpoint_steps, one_line_error
+from dataset import CharCorruptionDataset
 from errors import RunError
+from model import GPT, GPTConfig
 from params import read_facts, save_params_with_facts, write_facts
+from trainer import Trainer, TrainerConfig
 
 CFG = RunConfig("pretrain", "vanilla", "wiki.txt", writing_params_path="p.params")
 DATASET = range(2937)  # run_identity needs only the number of examples
@@ -106,3 +109,26 @@ def test_params_never_keep_another_runs_facts(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         save_params_with_facts(model, params_path, {"variant": "vanilla", "run": 2})
     assert read_facts(params_path) is None
+
+
+def test_on_cuda_the_checkpoint_comes_every_few_minutes_and_at_the_end_not_every_epoch(tiny_world, tmp_path):
+    """A handout epoch on a GPU takes a fraction of a second; a 40 MB checkpoint after each would be a large share."""
+    setting = dict(epochs=1, batch_size=8, learning_rate=1e-3, final_tokens=1, pretraining=True)
+    cuda = pipeline.trainer_config(CFG, torch.device("cuda"), **setting)
+    assert (cuda.checkpoint_every_epoch, cuda.checkpoint_minutes) == (False, CUDA_CHECKPOINT_MINUTES)
+    asked = pipeline.trainer_config(dataclasses.replace(CFG, checkpoint_minutes=5), torch.device("cuda"), **setting)
+    assert asked.checkpoint_minutes == 5
+    cpu = pipeline.trainer_config(CFG, torch.device("cpu"), **setting)
+    assert (cpu.checkpoint_every_epoch, cpu.checkpoint_minutes) == (True, None)
+
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        corpus = CharCorruptionDataset(f.read(), 32)
+    for every_epoch, expected in [(True, [11, 22, 33]), (False, [33])]:  # 84 biographies, batch 8
+        config = TrainerConfig(
+            max_epochs=3, batch_size=8, device="cpu", checkpoint_path=str(tmp_path / "c.ckpt"),
+            checkpoint_minutes=1000, checkpoint_every_epoch=every_epoch,
+        )  # fmt: skip
+        trainer = Trainer(GPT(GPTConfig(corpus.vocab_size, 32, n_layer=1, n_head=2, n_embd=16)), corpus, None, config)
+        saves = checkpoint_steps(trainer)
+        trainer.train()
+        assert saves == expected

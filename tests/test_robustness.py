@@ -1,6 +1,7 @@
 """Long runs that survive: checkpoints and resume, divergence, signals, the lock, tolerated inputs, torchrun."""
 
 import dataclasses
+import math
 import os
 import random
 import resource
@@ -17,7 +18,17 @@ import torch.multiprocessing as mp
 import checkpoint
 import pipeline
 from config import HANDOUT, RunConfig, parse_stages
-from conftest import RUN_PY, RUNS_DIR, TINY, cli, evaluate_args, finetune_args, one_line_error, run_process
+from conftest import (
+    RUN_PY,
+    RUNS_DIR,
+    TINY,
+    checkpoint_steps,
+    cli,
+    evaluate_args,
+    finetune_args,
+    one_line_error,
+    run_process,
+)
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
@@ -536,6 +547,44 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def checkpoint_on_ranks(rank, world_size, port, wiki, folder):
+    """
+    One of two gloo ranks pretraining with a checkpoint due every step by rank 0's clock and
+    never by rank 1's, which stands still: how many checkpoints each rank took part in, to folder.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=30))
+    if rank == 1:
+        time.monotonic = lambda: 0.0
+    torch.manual_seed(0)
+    dataset = CharCorruptionDataset(wiki, 64)
+    model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=1, n_head=2, n_embd=16))
+    config = TrainerConfig(
+        max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2,
+        checkpoint_path=str(folder / "c.ckpt"), checkpoint_minutes=1e-9,
+    )  # fmt: skip
+    trainer = Trainer(model, dataset, None, config)
+    saves = checkpoint_steps(trainer)
+    trainer.train()
+    torch.save(saves, folder / f"saves{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_ranks_take_the_timed_checkpoint_together(tiny_world, tmp_path):
+    """Their clocks disagree on when checkpoint_minutes have passed: one decision, no mismatched collectives."""
+    wiki = open(tiny_world["wiki.txt"], encoding="utf-8").read()
+    mp.start_processes(checkpoint_on_ranks, args=(2, free_port(), wiki, tmp_path), nprocs=2, start_method="spawn")
+    saves = [torch.load(tmp_path / f"saves{rank}.pt") for rank in (0, 1)]
+    steps_per_epoch = math.ceil(84 / 8)
+    assert saves[0] == saves[1]  # the same checkpoints, at the same steps
+    timed = [step for step in saves[0] if step % steps_per_epoch]  # within an epoch: every second step, read back
+    assert timed and all(step % 2 == 0 for step in timed)
 
 
 @pytest.mark.parametrize("rope, auxiliary", [(False, False), (True, False), (False, True)])
