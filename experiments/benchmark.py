@@ -2,7 +2,7 @@
 Measures what the fast paths save, side by side in one run on this machine.
 
     python experiments/benchmark.py [--variants vanilla perceiver synthesizer rope] [--eval_questions 500]
-        [--group_by_length] [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data]
+        [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data] [recipe flags]
     python experiments/benchmark.py --matmul_rate
 
 It starts with one core's fp32 matmul rate (GFLOP/s, the best of 2 s of 512 x 512 products):
@@ -12,9 +12,10 @@ For each variant, with the handout's model and batch sizes, it trains one epoch 
 pretraining and one of finetuning and answers the dev questions, once the
 straightforward way (every row padded to 128 characters, one question at a time
 without a cache) and once the fast way (every batch cut after its last real target
-and, on the CPU, passes of rows of similar length; with --group_by_length, pretraining
-batches also grouped by length; questions decoded in batches with a KV cache), and
-prints both figures and their ratio. Both ways use the same model, batch sizes and
+and, on the CPU, passes of rows of similar length; questions decoded in batches with a
+KV cache), and prints both figures and their ratio. run.py's recipe flags set the fast
+way's other settings, side by side with the same straightforward loop: e.g.
+--group_by_length, --precision bf16, --compile. Both ways use the same model, batch sizes and
 optimizer (the fused AdamW on CUDA and the CPU). The answers of both decoders on the
 same model are compared and must be identical.
 
@@ -42,6 +43,7 @@ with --full_padding --sequential_decoding (the course's loops) and once with the
 import argparse
 import copy
 import dataclasses
+import itertools
 import math
 import multiprocessing
 import re
@@ -56,9 +58,11 @@ import src_path  # noqa: F401
 
 # isort: split
 import torch
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, RunConfig
+from arguments import add_recipe_flags
+from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, Recipe, RunConfig
 from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
 from decoding import predict_places
 from distributed import pick_device
@@ -162,11 +166,11 @@ def compare_processes(variant, args):
     ]
 
 
-def timed_training(function, variant, model, dataset, schedule_examples, fast, group_by_length, device, epochs=1):
+def timed_training(function, variant, model, dataset, schedule_examples, recipe, device, epochs=1):
     """
-    `epochs` epochs of the dataset with pipeline's trainer settings for the handout's recipe
-    (its cosine over decay_epochs epochs of schedule_examples examples),
-    the fast way or the straightforward one: (seconds of the fastest epoch, steps per epoch, trainer).
+    `epochs` epochs of the dataset with pipeline's trainer settings for `recipe`, the fast
+    way's or the straightforward one's (the cosine over decay_epochs epochs of
+    schedule_examples examples): (seconds of the fastest epoch, steps per epoch, trainer).
     """
     ends = []
 
@@ -174,7 +178,6 @@ def timed_training(function, variant, model, dataset, schedule_examples, fast, g
         sync(device)
         ends.append(time.perf_counter())
 
-    recipe = dataclasses.replace(HANDOUT, full_padding=not fast, group_by_length=fast and group_by_length)
     cfg = RunConfig(function, variant, "", recipe=recipe)  # the DataLoader workers of run.py's default
     pretraining = function == "pretrain"
     training = dict(
@@ -191,6 +194,28 @@ def timed_training(function, variant, model, dataset, schedule_examples, fast, g
     trainer.train()
     fastest = min(end - start for start, end in zip(ends, ends[1:]))
     return fastest, trainer.step // epochs, trainer
+
+
+def profile_steps(variant, files, args):
+    """torch.profiler's table of args.profile_steps pretraining steps of the fast way, after five unprofiled ones."""
+    pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
+    set_seed(0)
+    model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
+    cfg = RunConfig("pretrain", variant, "", recipe=args.fast_recipe)
+    settings = dict(epochs=1, batch_size=HANDOUT.pretrain_batch_size, learning_rate=HANDOUT.pretrain_lr)
+    trainer = Trainer(model, pretrain, None, trainer_config(cfg, torch.device(args.device), **settings,
+                                                            final_tokens=1, pretraining=True))  # fmt: skip
+    batches = itertools.cycle(list(trainer.batches.epoch(0)))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(args.device).type == "cuda" else [])
+    for _ in range(5):
+        trainer.train_step(*next(batches))
+    sync(args.device)
+    with profile(activities=activities) as profiler:
+        for _ in range(args.profile_steps):
+            trainer.train_step(*next(batches))
+        sync(args.device)
+    sort = "cuda_time_total" if ProfilerActivity.CUDA in activities else "cpu_time_total"
+    return profiler.key_averages().table(sort_by=sort, row_limit=25)
 
 
 def training_flops_per_row(model):
@@ -249,20 +274,20 @@ def compare_variant(variant, files, args):
     names = NameDataset(pretrain, files["birth_places_train.tsv"])
     rows = read_questions(files["birth_dev.tsv"])[: args.eval_questions]
     questions = [known_characters(question, pretrain.stoi)[0] for _, question, _ in rows]  # as run.py evaluate
-    results = {}
+    results, recipes = {}, {False: dataclasses.replace(HANDOUT, full_padding=True), True: args.fast_recipe}
     for fast in (False, True):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
         row_flops = training_flops_per_row(model)
         seconds, steps, trainer = timed_training(
-            "pretrain", variant, model, pretrain, len(pretrain), fast, args.group_by_length, args.device, args.epochs
+            "pretrain", variant, model, pretrain, len(pretrain), recipes[fast], args.device, args.epochs
         )
         results[fast, "steps"] = steps / seconds
         results[fast, "tokens"] = len(pretrain) * (BLOCK_SIZE - 1) / seconds  # every row at its full length
         results[fast, "flops"] = len(pretrain) * row_flops / seconds
         results[fast, "handout"] = seconds * HANDOUT.pretrain_epochs
         results[fast, "finetune"], _, trainer = timed_training(
-            "finetune", variant, model, names, len(pretrain), fast, False, args.device
+            "finetune", variant, model, names, len(pretrain), recipes[fast], args.device
         )
     answers = {}
     for fast in (False, True):
@@ -382,17 +407,15 @@ def main(argv=None):
     parser.add_argument("--sweep", type=int, nargs="*", default=[128, 256, 512, 1024], help="block sizes to sweep")
     parser.add_argument("--sweep_batch", type=int, default=8, help="batch size of the sweep's steps")
     parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
-    parser.add_argument(
-        "--group_by_length",
-        action="store_true",
-        help="the fast pretraining also groups examples by length, as the recipe setting group_by_length does",
-    )
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
     parser.add_argument("--matmul_rate", action="store_true", help="only measure one core's fp32 matmul rate")
     parser.add_argument(
         "--epochs", type=int, default=1, help="pretraining epochs each way; the fastest is reported (default 1)"
     )
     parser.add_argument("--peak_tflops", type=float, help="the device's peak fp32 TFLOP/s, for the MFU row")
+    parser.add_argument(
+        "--profile_steps", type=int, help="only torch.profiler's table of N pretraining steps of the first variant"
+    )
     parser.add_argument(
         "--handout_pretraining",
         action="store_true",
@@ -409,16 +432,23 @@ def main(argv=None):
         help="compare whole run.py processes (start-up, imports and data included) instead: one pretraining epoch, "
         "one finetuning epoch, the dev questions; with --full_padding --sequential_decoding and without",
     )
+    add_recipe_flags(parser)  # run.py's recipe flags: the fast way's settings (e.g. --precision bf16 --compile)
     args = parser.parse_args(argv)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
+    args.fast_recipe = dataclasses.replace(HANDOUT, **given)
     args.device = str(pick_device(args.device))
     print(f"device: {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"one core's fp32 matmul (512 x 512): {single_core_matmul_gflops():.1f} GFLOP/s")
     if args.matmul_rate:
         return
 
+    if args.profile_steps:
+        print(profile_steps(args.variants[0], load_data(data_folder(args.data)), args))
+        return
     if not args.skip_comparison:
         args.data = data_folder(args.data)  # once: without the data, one demo world serves every measurement
         files = None if args.whole_process else load_data(args.data)
+        print("\nfast way: the handout's recipe" + "".join(f", {name} {value}" for name, value in given.items()))
         print("\n| variant | measure | straightforward | fast | ratio |")
         print("| --- | --- | --- | --- | --- |")
         for variant in args.variants:
