@@ -72,7 +72,7 @@ fi
 
 if [[ " $PARTS " == *" demo "* ]]; then
   note; note "## ./run.sh demo on CUDA"
-  timed demo 90 env DEMO_DIR="$OUT/demo" ./run.sh demo
+  timed demo 120 env DEMO_DIR="$OUT/demo" ./run.sh demo
   note '```'; tail_lines demo 10; note '```'
 fi
 
