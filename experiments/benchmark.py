@@ -3,6 +3,7 @@ Measures what the fast paths save, side by side in one run on this machine.
 
     python experiments/benchmark.py [--variants vanilla perceiver synthesizer rope] [--eval_questions 500]
         [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data] [recipe flags]
+    python experiments/benchmark.py --profile_steps 50 [--variants vanilla] [recipe flags]
     python experiments/benchmark.py --matmul_rate
 
 It starts with one core's fp32 matmul rate (GFLOP/s, the best of 2 s of 512 x 512 products):
@@ -15,7 +16,9 @@ without a cache) and once the fast way (every batch cut after its last real targ
 and, on the CPU, passes of rows of similar length; questions decoded in batches with a
 KV cache), and prints both figures and their ratio. run.py's recipe flags set the fast
 way's other settings, side by side with the same straightforward loop: e.g.
---group_by_length, --precision bf16, --compile. Both ways use the same model, batch sizes and
+--group_by_length, --precision bf16, --compile (the model stays the handout's: its
+sizes are not among them). --profile_steps N prints torch.profiler's table of N
+pretraining steps of the fast way instead. Both ways use the same model, batch sizes and
 optimizer (the fused AdamW on CUDA and the CPU). The answers of both decoders on the
 same model are compared and must be identical.
 
@@ -202,7 +205,9 @@ def profile_steps(variant, files, args):
     set_seed(0)
     model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
     cfg = RunConfig("pretrain", variant, "", recipe=args.fast_recipe)
-    settings = dict(epochs=1, batch_size=HANDOUT.pretrain_batch_size, learning_rate=HANDOUT.pretrain_lr)
+    settings = dict(
+        epochs=1, batch_size=args.fast_recipe.pretrain_batch_size, learning_rate=args.fast_recipe.pretrain_lr
+    )
     trainer = Trainer(model, pretrain, None, trainer_config(cfg, torch.device(args.device), **settings,
                                                             final_tokens=1, pretraining=True))  # fmt: skip
     batches = itertools.cycle(list(trainer.batches.epoch(0)))
@@ -435,6 +440,8 @@ def main(argv=None):
     add_recipe_flags(parser)  # run.py's recipe flags: the fast way's settings (e.g. --precision bf16 --compile)
     args = parser.parse_args(argv)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
+    if given and args.whole_process:
+        parser.error("recipe flags set the in-process fast way; --whole_process compares run.py's defaults")
     args.fast_recipe = dataclasses.replace(HANDOUT, **given)
     args.device = str(pick_device(args.device))
     print(f"device: {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")

@@ -143,13 +143,13 @@ def build_parser(prog="run.py", description=None):
         "--checkpoint_minutes",
         type=positive_float,
         metavar="N",
-        help="also write the checkpoint every N minutes within an epoch (default: after every epoch only; "
-        f"on CUDA every {CUDA_CHECKPOINT_MINUTES} minutes and at the end, not after every epoch)",
+        help="write the checkpoint every N minutes within an epoch too (default: after every epoch only; "
+        f"on CUDA every {CUDA_CHECKPOINT_MINUTES} minutes and at the end instead of after every epoch)",
     )
     c.add_argument("--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes")
     add_recipe_flags(p)
     for name in RETIRED_FLAGS:
-        p.add_argument(f"--{name}", action=Retired, nargs="?", help=argparse.SUPPRESS)
+        p.add_argument(f"--{name}", action=Retired, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 

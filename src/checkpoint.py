@@ -22,7 +22,7 @@ from files import atomic_write
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 2  # checkpoints of the code before (no "format") are refused, in one line
+FORMAT = 3  # checkpoints of the code before (2: every GPU's RNG; none: older) are refused, in one line
 
 
 def state(trainer):

@@ -12,7 +12,7 @@ Trainer (trainer.py); the last writes the params and their facts (params.py).
 
 Every problem a run reports in one line is a RunError, caught only by the command line.
 pretrain and finetune keep a resumable checkpoint at <writing_params_path>.ckpt (after every
-epoch, on CUDA every few minutes; trainer_config); resume=True continues from it. Under
+epoch, on CUDA every few minutes instead; trainer_config); resume=True continues from it. Under
 torchrun every rank runs the same call with DistributedDataParallel; rank 0 alone writes.
 """
 
@@ -222,7 +222,7 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     """
     with started(cfg) as (cfg, facts, device):
         stages, saved = cfg.recipe.stages(), saved_checkpoint(cfg)
-        first = min(max(1, int(saved["run_identity"].get("stage", 1))), len(stages)) if saved else 1
+        first = min(max(1, int((saved["run_identity"] or {}).get("stage", 1))), len(stages)) if saved else 1
         state, epochs, seconds = None, 0, 0.0
         for number, stage in enumerate(stages, 1):
             if number < first:

@@ -18,8 +18,8 @@ recipe is a flag: --dropout 0, --pretrain_epochs 420, --group_by_length,
 --no-group_by_length, --precision bf16 (--help lists them with every recipe's values).
 
 pretrain and finetune keep a resumable checkpoint at <writing_params_path>.ckpt
-(after every epoch, on CUDA every 2 minutes, and every --checkpoint_minutes); --resume
-continues from it.
+(after every epoch, or on CUDA every 2 minutes and at the end instead; and every
+--checkpoint_minutes); --resume continues from it.
 Under torchrun (torchrun --nproc_per_node=N src/run.py ...) every command runs on
 N processes with DistributedDataParallel; rank 0 alone prints and writes files.
 Mistakes in the input are reported in one line with exit code 2.

@@ -25,9 +25,10 @@ def data(tiny_world):
         return pre, NameDataset(pre, f.read())
 
 
-def small_model(vocab_size, **more):
+def small_model(vocab_size):
+    """Without dropout, whose draws differ between eager and compiled code."""
     set_seed(0)
-    return GPT(GPTConfig(vocab_size, 64, n_layer=2, n_head=2, n_embd=32, **more))
+    return GPT(GPTConfig(vocab_size, 64, n_layer=2, n_head=2, n_embd=32, embd_pdrop=0, resid_pdrop=0, attn_pdrop=0))
 
 
 def trained(dataset, vocab_size, epochs=2, **settings):

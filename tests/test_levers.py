@@ -135,7 +135,6 @@ def test_low_rank_adapters_start_from_the_model_and_merge_into_plain_weights():
     assert changed == linear
 
 
-@pytest.mark.slow
 def test_adapters_are_made_where_the_weights_are():
     """finetune_people moves the model to its device before the adapters come: they must follow the weights."""
     model = GPT(GPTConfig(30, 16, n_layer=1, n_head=2, n_embd=16)).to(device="meta", dtype=torch.float64)
@@ -144,6 +143,7 @@ def test_adapters_are_made_where_the_weights_are():
     assert made and all(p.device.type == "meta" and p.dtype == torch.float64 for p in made)
 
 
+@pytest.mark.slow
 def test_finetuning_with_adapters_or_on_recalled_people_from_the_command_line(tiny_world, tmp_path, capsys):
     corpus, train = tiny_world["wiki.txt"], tiny_world["train.tsv"]
     pretrained = tmp_path / "pretrain.params"
