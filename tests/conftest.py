@@ -32,12 +32,14 @@ TINY = ["--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--bottleneck_dim",
 
 RUN_PY = str(ROOT / "src" / "run.py")
 
-# Under pytest-xdist (pytest.ini: a worker per core) the workers share the cores: each trains,
-# and the commands it runs train, with its share of them as threads, unless OMP_NUM_THREADS says.
-if "PYTEST_XDIST_WORKER_COUNT" in os.environ and "OMP_NUM_THREADS" not in os.environ:
-    cores_each = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
-    os.environ["OMP_NUM_THREADS"] = str(cores_each)
-    torch.set_num_threads(cores_each)
+# Under pytest-xdist (pytest.ini: a worker per core) the workers share the threads of the run
+# (OMP_NUM_THREADS, else the cores): each trains, and the commands it runs train, with its share.
+# More threads than cores, each spinning for the others, ran one test a hundred times slower.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    budget = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    threads_each = max(1, budget // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(threads_each)
+    torch.set_num_threads(threads_each)
 
 
 def run_process(command, timeout, **popen):
