@@ -34,7 +34,7 @@ RUN_PY = str(ROOT / "src" / "run.py")
 
 # Under pytest-xdist (pytest.ini: a worker per core) the workers share the threads of the run
 # (OMP_NUM_THREADS, else the cores): each trains, and the commands it runs train, with its share.
-# More threads than cores, each spinning for the others, ran one test a hundred times slower.
+# More threads than cores (two workers of two threads on two cores) kept a 5-second fixture busy for minutes.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     budget = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
     threads_each = max(1, budget // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
