@@ -64,8 +64,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from arguments import add_recipe_flags
-from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, Recipe, RunConfig
+from arguments import add_recipe_flags, recipe_fields_given
+from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, RunConfig
 from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
 from decoding import predict_places
 from distributed import pick_device
@@ -439,7 +439,7 @@ def main(argv=None):
     )
     add_recipe_flags(parser)  # run.py's recipe flags: the fast way's settings (e.g. --precision bf16 --compile)
     args = parser.parse_args(argv)
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
+    given = recipe_fields_given(args)
     if given and args.whole_process:
         parser.error("recipe flags set the in-process fast way; --whole_process compares run.py's defaults")
     args.fast_recipe = dataclasses.replace(HANDOUT, **given)

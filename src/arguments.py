@@ -95,6 +95,11 @@ def add_recipe_flags(parser):
         group.add_argument(f"--{field.name}", **kwargs)
 
 
+def recipe_fields_given(args):
+    """{field: value} of the recipe flags on the command line that add_recipe_flags' parser read."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
+
+
 def recipe_epilog():
     """Every recipe field with its value in each named recipe, and the flags each function needs."""
     lines = [f"recipe settings, {' / '.join(RECIPES)}:"]
@@ -184,7 +189,7 @@ def parse(argv, parser):
     one line and code 2. `parser` is build_parser()'s, perhaps with more arguments added.
     """
     args = parser.parse_args(argv)
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
+    given = recipe_fields_given(args)
     try:
         recipe = dataclasses.replace(RECIPES[args.recipe], **given)
     except RunError as e:

@@ -14,7 +14,7 @@ How a step's loss adds up (train_step): every forward pass adds its mean loss ti
 share of the global batch's real targets, times the number of ranks (whose gradients
 DistributedDataParallel averages). So a batch cut into passes (batching.py), split over
 ranks, or scored with GPT-1's auxiliary loss (lm_weight > 0: the question's characters,
-a second kind of target; Objective) has the gradient of the global batch's mean loss.
+a second kind of target; objective.py) has the gradient of the global batch's mean loss.
 Exact savings, on by default: batches cut after their last real target, CPU passes of
 rows of similar length, the fused AdamW, the loss read back every log_every steps.
 
@@ -36,7 +36,6 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
@@ -45,6 +44,7 @@ import checkpoint
 from batching import EpochBatches, forward_passes, rank_rows
 from distributed import pick_device, rank_and_world_size, stop_signals_caught
 from errors import RunError
+from objective import Objective
 from params import save_params
 
 logger = logging.getLogger(__name__)
@@ -125,43 +125,6 @@ def parameter_groups(model, weight_decay, groups="course"):
     decay = [p for name, p in model.named_parameters() if name in decayed]
     no_decay = [p for name, p in model.named_parameters() if name not in decayed]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def question_lm_targets(x, y):
-    """
-    (B, T) language-model targets of the text before each row's first real target (a
-    finetuning example's question): x's next character there, the pad 0 elsewhere. The
-    question's first character has no target: nothing comes before it.
-    """
-    length = y.size(1)
-    first = torch.where(y.any(dim=1), (y != 0).int().argmax(dim=1), length)
-    next_chars = torch.cat((x[:, 1:], torch.zeros_like(x[:, :1])), dim=1)
-    return torch.where(torch.arange(length, device=y.device)[None, :] < first[:, None], next_chars, 0)
-
-
-class Objective:
-    """
-    What a step minimises: the mean cross-entropy over y's real targets (the pad 0
-    ignored), plus, with lm_weight > 0, lm_weight times the mean over the questions'
-    characters (question_lm_targets): GPT-1's L_task + lambda L_LM.
-    """
-
-    def __init__(self, lm_weight=0.0):
-        self.weights = [1.0] if not lm_weight else [1.0, lm_weight]
-
-    def targets(self, x, y):
-        """Every kind of target of rows x, y: [(B, T)], 0 where nothing is scored."""
-        return [y] if len(self.weights) == 1 else [y, question_lm_targets(x, y)]
-
-    def loss(self, logits, targets, shares):
-        """The sum over the kinds of target of weight * share * the mean loss over the pass's targets of that kind."""
-        flat = logits.reshape(-1, logits.size(-1))
-        terms = [
-            F.cross_entropy(flat, t.reshape(-1), ignore_index=0) * (weight * share)
-            for t, weight, share in zip(targets, self.weights, shares)
-            if share  # a mean over no targets is NaN; it weighs nothing anyway
-        ]
-        return sum(terms) if terms else flat.sum() * 0.0
 
 
 class Precision:

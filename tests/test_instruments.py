@@ -23,7 +23,8 @@ from decoding import greedy_completions, next_character_choices
 from errors import RunError
 from inputs import held_out_split, load_corpus
 from model import GPT, variant_config
-from trainer import Objective, Trainer, TrainerConfig, question_lm_targets
+from objective import Objective, question_lm_targets
+from trainer import Trainer, TrainerConfig
 from world import build_world
 
 SIZES = dict(n_layer=2, n_head=2, n_embd=32)

@@ -312,7 +312,7 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world,
 
     def poison(module, args, output):
         forwards.append(1)
-        logits, loss = output  # the step scores the logits itself (trainer.Objective): they carry the NaN
+        logits, loss = output  # the step scores the logits itself (objective.Objective): they carry the NaN
         return (logits * float("nan"), loss) if len(forwards) >= 6 else output
 
     model.register_forward_hook(poison)
