@@ -53,7 +53,13 @@ def start_distributed(device):
     if device.type not in ("cuda", "cpu"):
         raise RuntimeError(f"torchrun runs on CUDA GPUs or the CPU, not on {device.type} (pass --device cpu)")
     if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        local_rank, gpus = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise RuntimeError(
+                f"torchrun started more processes on this machine than its {gpus} visible CUDA GPU(s): "
+                f"use --nproc_per_node {gpus}, or --device cpu"
+            )
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return device

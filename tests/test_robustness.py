@@ -491,6 +491,17 @@ def test_messy_files_run_end_to_end(tiny_world, tmp_path, capsys):
 # --- torchrun --------------------------------------------------------------------------------------------
 
 
+def test_torchrun_with_more_processes_than_gpus_is_one_line(monkeypatch, tmp_path):
+    """--nproc_per_node 2 on a machine with one GPU: the second rank says so, before touching the GPU."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(pipeline, "pick_device", lambda name: torch.device("cuda"))
+    said = r"more processes on this machine than its 1 visible CUDA GPU\(s\): use --nproc_per_node 1, or --device cpu"
+    with pytest.raises(RunError, match=said):
+        pipeline.start_device(RunConfig("pretrain", "vanilla", str(tmp_path)))
+
+
 def train_on_ranks(rank, world_size, port, wiki, results, rope=False, pairs=None):
     """
     One rank of a DDP run (or the single process) on the tiny world, without dropout: pretraining,
