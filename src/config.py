@@ -84,9 +84,14 @@ def nonnegative(default):
     return dataclasses.field(default=default, metadata={"nonnegative": True})
 
 
-def choice(*choices):
-    """A Recipe field that is one of `choices`, the first by default."""
-    return dataclasses.field(default=choices[0], metadata={"choices": choices})
+def choice(*choices, reading=False):
+    """A Recipe field that is one of `choices`, the first by default (reading: see reading_only)."""
+    return dataclasses.field(default=choices[0], metadata={"choices": choices, "reading": reading})
+
+
+def reading_only(default):
+    """A Recipe field that only evaluate reads: training ignores it, and a checkpoint's identity leaves it out."""
+    return dataclasses.field(default=default, metadata={"reading": True})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +140,8 @@ class Recipe:
     full_padding: bool = False  # train on rows padded to the block size, not cut after their last target (speed)
     compile: bool = False  # torch.compile the model for training (speed)
     sequential_decoding: bool = False  # evaluate one question at a time without a KV cache (speed)
+    readout: str = choice("question", "frames", reading=True)  # evaluate asks the handout's question, or in frames.py's
+    readout_frames: int = reading_only(3)  # frames readout: the best mined frames that write candidate places
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -172,6 +179,11 @@ class Recipe:
             dataclasses.replace(stage, **{k: v for k, v in own.items() if getattr(stage, k) is None})
             for stage in self.pretrain_stages
         ]
+
+    def training_settings(self):
+        """{field: value} of the fields training reads (a checkpoint's identity), the stages as text."""
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.metadata.get("reading")}
+        return settings | dict(pretrain_stages="; ".join(map(str, self.pretrain_stages)))
 
     def frozen_parts(self):
         """The model's parts that finetuning leaves as they are (finetune_frozen's list)."""

@@ -90,6 +90,8 @@ def check_config(cfg):
         raise RunError("mixed pairs (--mix_corpus_path) are for pretrain")
     if cfg.function == "pretrain":
         check_stages(cfg)
+    if cfg.function == "evaluate" and cfg.recipe.readout == "frames" and not cfg.finetune_corpus_path:
+        raise RunError("the frames readout mines its frames from the training people: give --finetune_corpus_path")
     inputs = {os.path.realpath(resolve_data_path(getattr(cfg, n))): n for n in cfg.INPUTS if getattr(cfg, n)}
     outputs = [os.path.realpath(getattr(cfg, n)) for n in cfg.OUTPUTS if getattr(cfg, n)]
     if len(set(outputs)) < len(outputs):

@@ -29,6 +29,7 @@ from torch.utils.data import ConcatDataset
 
 import adapters
 import checkpoint
+import frames
 from augment import viewed
 from config import BLOCK_SIZE, CUDA_CHECKPOINT_MINUTES, RunConfig, default_num_workers, resolve_recipe
 from decoding import predict_answers
@@ -125,7 +126,7 @@ def params_facts(cfg, corpus):
 
 def run_identity(cfg, dataset, vocab_size, stage=1):
     """What a checkpoint belongs to: the whole recipe, the function, variant and seed, the inputs and the stage."""
-    recipe = dataclasses.asdict(cfg.recipe) | dict(pretrain_stages="; ".join(map(str, cfg.recipe.pretrain_stages)))
+    recipe = cfg.recipe.training_settings()
     run = dict(function=cfg.function, variant=cfg.variant, seed=cfg.seed, stage=stage)
     inputs = {name: getattr(cfg, name) for name in cfg.INPUTS} | dict(examples=len(dataset), vocab_size=vocab_size)
     return json.loads(json.dumps(recipe | run | inputs))
@@ -317,13 +318,17 @@ def evaluate(cfg: RunConfig) -> Evaluation:
     with started(cfg) as (cfg, facts, device):
         setup = build(cfg, facts)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
-        questions = encodable_questions(setup.corpus, [question for _, question, _ in rows])
+        asked = [question for _, question, _ in rows]
         rank, world_size = rank_and_world_size()
-        corpus, model = setup.corpus, setup.model.to(device)
-        sequential = cfg.recipe.sequential_decoding
-        mine = questions[rank::world_size]
-        share = predict_answers(model, mine, corpus.stoi, corpus.itos, device, sequential=sequential)
-        answers = gather_interleaved(share, len(questions))
+        corpus, model, r = setup.corpus, setup.model.to(device), cfg.recipe
+        if r.readout == "frames":  # the training pairs fit the ensemble; the questions give the names
+            names = encodable_questions(corpus, frames.names_of(asked, cfg.eval_corpus_path), "names")
+            training = held_out_pairs(cfg.finetune_corpus_path)
+            share = frames.answers(model, corpus, names[rank::world_size], training, r.readout_frames, device)
+        else:
+            mine = encodable_questions(corpus, asked)[rank::world_size]
+            share = predict_answers(model, mine, corpus.stoi, corpus.itos, device, sequential=r.sequential_decoding)
+        answers = gather_interleaved(share, len(rows))
         predictions = [answer.text for answer in answers]
         places = [place for _, _, place in rows] if rows and rows[0][2] is not None else None
         if rank == 0:

@@ -1,0 +1,278 @@
+"""
+The frames readout: "Where was NAME born?" asked in the corpus's own words.
+
+A frame is the text a biography puts before a birthplace, with the person's name as NAME:
+"NAME. Born in ", "NAME. NAME was born in ". The frames are mined from the training people's
+own biographies (the last one to three words before their birthplace, kept where enough
+people share them), and ranked by how many training people's places the pretrained model
+writes after them. A question is answered by an ensemble: every chosen frame's greedy
+continuation gives a candidate place, and the candidate the frames find likeliest
+(log-probabilities summed over them) is the answer. Nothing here reads the people asked.
+"""
+
+import collections
+import dataclasses
+import math
+import re
+
+import torch
+
+from decoding import Answer, greedy_completions
+from errors import RunError
+
+NAME = "NAME"
+QUESTION = re.compile(r"Where was (.+) born\?")
+MOST_WORDS = 3  # a frame is at most the last three words before the place
+PLACE_STEPS = 32  # characters written after a frame, enough for the place
+MIN_SHARE = 0.01  # a frame is mined where at least this share of the training people (and two) share it
+
+
+def name_of(question):
+    """The name in "Where was NAME born?"; ValueError for any other question."""
+    match = QUESTION.fullmatch(question.strip())
+    if not match:
+        raise ValueError(f"{question!r} is not of the form 'Where was NAME born?'")
+    return match.group(1)
+
+
+def names_of(questions, path):
+    """The name of each "Where was NAME born?" question of the file at `path`; RunError at the first that is not."""
+    names = []
+    for line, question in enumerate(questions, 1):
+        try:
+            names.append(name_of(question))
+        except ValueError as e:
+            raise RunError(f"{path}, line {line}: {e}; the frames readout asks only that question") from None
+    return names
+
+
+def biographies(documents):
+    """{title: text after the title}: a corpus line is "NAME. the biography" (the first line of a title wins)."""
+    found = {}
+    for document in documents:
+        title, _, body = document.partition(". ")
+        found.setdefault(title, body)
+    return found
+
+
+def place_in(text, skips=frozenset()):
+    """
+    The place a continuation names: after the words it opens with that hold a digit or are
+    `skips` (a date: "3 April 1920 in "), its capitalised words up to a comma, full stop,
+    semicolon or bracket ("New York City, New York" gives "New York City"). On the
+    training people's biographies the capitalised-words rule gives 1,801 of the 1,815
+    places they name.
+    """
+    words = text.lstrip(" ").split(" ")
+    while words and (re.search(r"\d", words[0]) or words[0].strip(",") in skips or not words[0].strip(",-")):
+        words.pop(0)
+    place = []
+    for word in words:
+        head = re.match(r"[^,.;()]*", word).group()
+        if not head or not head[0].isupper():
+            break
+        place.append(head)
+        if head != word:
+            break
+    return " ".join(place)
+
+
+def date_before(before):
+    """Where the date that ends `before` starts (its first digit in the last 40 characters), or None."""
+    digit = re.search(r"\d", before[-40:])
+    return None if digit is None else len(before) - len(before[-40:]) + digit.start()
+
+
+def frames_ending(name, before, space):
+    """
+    The frames of the last 1..MOST_WORDS words of `before` (then `space`) after the name, or
+    of all its words where they open the biography; none holds a digit or the surname.
+    """
+    surname = name.split(" ")[-1]
+    if before.startswith(name):  # "NAME. NAME (born ", "NAME. NAME, born "
+        rest = before[len(name) :]
+        words = rest.split()
+        texts = [
+            NAME + rest if n == len(words) else f"{NAME} " + " ".join(words[-n:])
+            for n in range(1, min(MOST_WORDS, len(words)) + 1)
+        ]
+    elif len(before.split()) <= MOST_WORDS:  # words that open the biography are its frame: "NAME. Born in "
+        texts = [before]
+    else:
+        texts = [f"{NAME} " + " ".join(before.split()[-n:]) for n in range(1, MOST_WORDS + 1)]
+    return [f"{NAME}. {text}{space}" for text in texts if not re.search(r"\d", text) and surname not in text.split()]
+
+
+def frames_before(name, body, place):
+    """
+    The frames of one person: (those of the words just before `place` in `body`, and where
+    a date comes before it, "(born 3 April 1920 in ", those of the words before the date).
+    """
+    at = body.find(place)
+    if at <= 0 or not body[:at].strip():
+        return [], []
+    before = body[:at].rstrip(" ")
+    date = date_before(before)
+    kept = before[:date].rstrip(" ") if date else ""
+    dated = frames_ending(name, kept, before[len(kept) : date]) if kept else []
+    return frames_ending(name, before, body[len(before) : at]), dated
+
+
+@dataclasses.dataclass(frozen=True)
+class Mined:
+    """
+    What the training people's biographies say before their birthplace: `frames`,
+    [(frame, people)] most shared first; `scorers`, those of them that come right before
+    the place (not before a date); `skips`, the words a date before a place is made of
+    besides its numbers ("in", "born", the months), which place_in passes over.
+    """
+
+    frames: list
+    scorers: tuple
+    skips: frozenset
+
+
+def mine(documents, pairs, min_people):
+    """
+    The frames that at least `min_people` of the (question, place) pairs' people have before
+    their place in their own biography, and the words of the dates there (those of at
+    least `min_people` people).
+    """
+    bios = biographies(documents)
+    counts, right_before, skips = collections.Counter(), collections.Counter(), collections.Counter()
+    for question, place in pairs:
+        name = name_of(question)
+        body = bios.get(name, "")
+        before_place, before_date = frames_before(name, body, place)
+        counts.update(set(before_place + before_date))
+        right_before.update(set(before_place))
+        at = body.find(place)
+        date = date_before(body[:at]) if at > 0 else None
+        if date is not None:
+            skips.update({word for word in body[date:at].split() if not re.search(r"\d", word)})
+    shared = [(frame, people) for frame, people in counts.most_common() if people >= min_people]
+    return Mined(
+        shared,
+        tuple(frame for frame, _ in shared if right_before[frame] >= min_people),
+        frozenset(word for word, people in skips.items() if people >= min_people),
+    )
+
+
+def prompt(frame, name):
+    return frame.replace(NAME, name)
+
+
+def candidates(model, corpus, names, frames, skips, device):
+    """[[place written after each frame] for each name]: the greedy continuations' places (place_in)."""
+    prompts = [prompt(frame, name) for name in names for frame in frames]
+    written = greedy_completions(model, prompts, corpus.stoi, corpus.itos, device, PLACE_STEPS)
+    places = [place_in(text, skips) for text in written]
+    return [places[i * len(frames) : (i + 1) * len(frames)] for i in range(len(names))]
+
+
+@torch.no_grad()
+def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256):
+    """
+    log P(continuation | prompt) for each pair, in batches of rows padded at their end
+    (the model is causal: what follows a row's text does not change its log-probabilities).
+    """
+    was_training = model.training
+    model.eval()
+    scores = []
+    for start in range(0, len(prompts), batch_size):
+        rows = [
+            ([corpus.stoi[c] for c in p], [corpus.stoi[c] for c in c_])
+            for p, c_ in zip(prompts[start : start + batch_size], continuations[start : start + batch_size])
+        ]
+        fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
+        length = max(len(p) + len(c) for (p, c), fit in zip(rows, fits) if fit) if any(fits) else 2
+        x = torch.zeros(len(rows), length, dtype=torch.long)
+        wanted = torch.zeros(len(rows), length, dtype=torch.bool)
+        for row, ((p, c), fit) in enumerate(zip(rows, fits)):
+            if fit:
+                x[row, : len(p) + len(c)] = torch.tensor(p + c)
+                wanted[row, len(p) - 1 : len(p) + len(c) - 1] = True
+        logits, _ = model(x[:, :-1].to(device))
+        logprobs = logits.float().log_softmax(-1).gather(2, x[:, 1:, None].to(device))[:, :, 0]
+        summed = (logprobs * wanted[:, :-1].to(device)).sum(1).tolist()
+        scores += [score if fit else -math.inf for score, fit in zip(summed, fits)]
+    model.train(was_training)
+    return scores
+
+
+@dataclasses.dataclass(frozen=True)
+class Ensemble:
+    """
+    What the frames readout asks: `writers`, the frames whose continuations give the
+    candidates (place_in with `skips`); `scorers`, the frames under which each candidate's
+    log-probability (followed by `end`) is summed; the likeliest candidate is the answer.
+    """
+
+    writers: tuple
+    scorers: tuple
+    skips: frozenset = frozenset()
+    end: str = ","
+
+    def answers(self, model, corpus, names, device):
+        """
+        (answer, its summed log-probability) for each name; ("", -inf) where no frame
+        wrote a place.
+        """
+        written = candidates(model, corpus, names, self.writers, self.skips, device)
+        options = [sorted({place for place in places if place}) for places in written]
+        prompts, texts = [], []
+        for name, places in zip(names, options):
+            for place in places:
+                for frame in self.scorers:
+                    prompts.append(prompt(frame, name))
+                    texts.append(known(place + self.end, corpus.stoi))
+        scores = iter(text_logprobs(model, corpus, prompts, texts, device))
+        answers = []
+        for places in options:
+            totals = [sum(next(scores) for _ in self.scorers) for _ in places]
+            answers.append(max(zip(totals, places))[::-1] if places else ("", -math.inf))
+        return answers
+
+
+def known(text, stoi):
+    """The text's characters that the vocabulary holds."""
+    return "".join(c for c in text if c in stoi)
+
+
+def accuracy(answers, pairs):
+    """The share of (question, place) pairs whose place is the answer."""
+    return sum(answer == place for answer, (_, place) in zip(answers, pairs)) / max(1, len(pairs))
+
+
+def ranked_frames(model, corpus, mined, pairs, device):
+    """[(accuracy, frame)] of the mined frames, best first: how often each one's greedy place is the pair's."""
+    written = candidates(
+        model, corpus, [name_of(q) for q, _ in pairs], [f for f, _ in mined.frames], mined.skips, device
+    )
+    scored = [(accuracy([places[i] for places in written], pairs), frame) for i, (frame, _) in enumerate(mined.frames)]
+    return sorted(scored, key=lambda scored_frame: -scored_frame[0])
+
+
+def least_people(pairs):
+    """How many of the training pairs' people must share a frame (or a date word) for it to be mined."""
+    return max(2, math.ceil(MIN_SHARE * len(pairs)))
+
+
+def chosen(model, corpus, pairs, writers, device):
+    """
+    The ensemble fitted on the training (question, place) pairs: the frames their people's
+    biographies share, the `writers` best of them by zero-shot accuracy on those people
+    writing the candidates, every frame that comes right before a place scoring them.
+    """
+    mined = mine(corpus.data, pairs, least_people(pairs))
+    best = ranked_frames(model, corpus, mined, pairs, device)
+    return Ensemble(tuple(frame for _, frame in best[:writers]), mined.scorers, mined.skips)
+
+
+def answers(model, corpus, names, pairs, writers, device):
+    """
+    The frames readout's Answers for `names` (of characters the vocabulary holds), its
+    ensemble fitted on the training (question, place) pairs.
+    """
+    ensemble = chosen(model, corpus, pairs, writers, device)
+    return [Answer(text, score, math.nan, bool(text)) for text, score in ensemble.answers(model, corpus, names, device)]
