@@ -7,9 +7,13 @@ ensembles of the best of them, fitted on those 1,600 and checked on the last 400
         [--finetune_corpus_path birth_places_train.tsv] [--sizes 1 2 3 5 8] [--eval_corpus_path birth_dev.tsv]
 
 --eval_corpus_path scores, once, the ensemble of the size best on the last 400, fitted on all
-the training people (what `run.py evaluate --readout frames --readout_frames N` does).
+the training people (what `run.py evaluate --readout frames --readout_frames N` does), beside
+the controls: the handout's question on the same params, the most frequent training place,
+and the people whose biography does not name their birthplace. --sizes N alone skips the
+choice.
 """
 
+import collections
 import sys
 import time
 
@@ -19,7 +23,52 @@ import src_path  # noqa: F401
 import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
+from decoding import predict_places
 from evaluation import held_out_pairs
+
+
+def option_table(model, corpus, ensemble, pairs, device):
+    """Each person's place written by each of the ensemble's writers, and {place: summed score}."""
+    names = [frames.name_of(question) for question, _ in pairs]
+    written = frames.candidates(model, corpus, names, ensemble.writers, ensemble.skips, device)
+    options = [sorted({place for place in row if place}) for row in written]
+    totals = frames.option_scores(model, corpus, names, options, ensemble.scorers, ensemble.end, device)
+    return written, [dict(zip(places, scores)) for places, scores in zip(options, totals)]
+
+
+def answers_of(written, scored, size):
+    """The answers of the ensemble's first `size` writers (Ensemble.answers, from the table)."""
+    answers = []
+    for row, score in zip(written, scored):
+        places = sorted({place for place in row[:size] if place})
+        answers.append(frames.best_option(places, [score[place] for place in places])[0])
+    return answers
+
+
+def controls(model, corpus, training, held_out, size, device):
+    """
+    The ensemble of `size` writers fitted on all the training people, scored once on the
+    held-out pairs, beside the handout's question on the same params and the most frequent
+    training place; split by whether the person's biography names the place.
+    """
+    names = [frames.name_of(question) for question, _ in held_out]
+    ensemble = frames.chosen(model, corpus, training, size, device)
+    readout = [answer for answer, _ in ensemble.answers(model, corpus, names, device)]
+    asked = predict_places(model, [question for question, _ in held_out], corpus.stoi, corpus.itos, device)
+    commonest = collections.Counter(place for _, place in training).most_common(1)[0][0]
+    bios = frames.biographies(corpus.data, names)
+    named = [place in bios.get(name, "") for name, (_, place) in zip(names, held_out)]
+    groups = [("all", [True] * len(held_out)), ("biography names the place", named)]
+    groups.append(("biography does not name it", [not n for n in named]))
+    print(f"\n| held-out people | frames readout ({size} writing) | the handout question | {commonest} for all |")
+    print("| --- | --- | --- | --- |")
+    for label, members in groups:
+        chosen = [i for i, member in enumerate(members) if member]
+        cells = []
+        for answers in (readout, asked, [commonest] * len(held_out)):
+            right = sum(answers[i] == held_out[i][1] for i in chosen)
+            cells.append(f"{right} ({right / max(1, len(chosen)):.1%})")
+        print(f"| {label} ({len(chosen)}) | {' | '.join(cells)} |")
 
 
 def main(argv=None):
@@ -38,30 +87,26 @@ def main(argv=None):
         fitting, checking = pairs[:1600], pairs[-400:]
         started = time.process_time()
         mined = frames.mine(corpus.data, fitting, frames.least_people(fitting))
-        people = dict(mined.frames)
-        best = frames.ranked_frames(model, corpus, mined, fitting, device)
+        names = [frames.name_of(question) for question, _ in fitting]
+        written = frames.candidates(model, corpus, names, [frame for frame, _ in mined.frames], mined.skips, device)
         print(f"date words: {' '.join(sorted(mined.skips))}\n")
         print(f"| frame | people (of {len(fitting)}) | scores | zero-shot, first 1,600 |\n| --- | --- | --- | --- |")
-        for score, frame in best:
-            print(f"| `{frame}` | {people[frame]} | {'yes' if frame in mined.scorers else ''} | {score:.1%} |")
-        print("\n| frames writing | first 1,600 | last 400 |\n| --- | --- | --- |")
-        results = []
-        for size in args.sizes:
-            ensemble = frames.Ensemble(tuple(frame for _, frame in best[:size]), mined.scorers, mined.skips)
-            figures = []
-            for split in (fitting, checking):
-                answers = ensemble.answers(model, corpus, [frames.name_of(q) for q, _ in split], device)
-                figures.append(frames.accuracy([answer for answer, _ in answers], split))
-            print(f"| {size} | {figures[0]:.1%} | {figures[1]:.1%} |", flush=True)
+        alone = [frames.accuracy([row[i] for row in written], fitting) for i in range(len(mined.frames))]
+        for i in sorted(range(len(alone)), key=lambda i: -alone[i]):
+            frame, people = mined.frames[i]
+            print(f"| `{frame}` | {people} | {'yes' if frame in mined.scorers else ''} | {alone[i]:.1%} |")
+        print("\n| frames writing | chosen (in order) | first 1,600 | last 400 |\n| --- | --- | --- | --- |")
+        results, largest = [], frames.chosen(model, corpus, fitting, max(args.sizes), device)
+        split = {"first 1,600": fitting, "last 400": checking}
+        tables = {label: option_table(model, corpus, largest, pairs, device) for label, pairs in split.items()}
+        for size in args.sizes:  # the writers are chosen one at a time: each size's are the first of the largest's
+            figures = [frames.accuracy(answers_of(*tables[label], size), pairs) for label, pairs in split.items()]
+            writers = ", ".join(f"`{frame}`" for frame in largest.writers[:size])
+            print(f"| {size} | {writers} | {figures[0]:.1%} | {figures[1]:.1%} |", flush=True)
             results.append((figures[1], size))
         print(f"\nCPU time: {time.process_time() - started:.0f} s")
         if args.eval_corpus_path:
-            size = max(results)[1]
-            ensemble = frames.chosen(model, corpus, pairs, size, device)
-            held_out = held_out_pairs(args.eval_corpus_path)
-            answers = ensemble.answers(model, corpus, [frames.name_of(q) for q, _ in held_out], device)
-            figure = frames.accuracy([answer for answer, _ in answers], held_out)
-            print(f"{args.eval_corpus_path}, {size} frames writing: {figure:.1%}")
+            controls(model, corpus, pairs, held_out_pairs(args.eval_corpus_path), max(results)[1], device)
 
     return exit_status("readout.py", run)
 

@@ -140,8 +140,8 @@ class Recipe:
     full_padding: bool = False  # train on rows padded to the block size, not cut after their last target (speed)
     compile: bool = False  # torch.compile the model for training (speed)
     sequential_decoding: bool = False  # evaluate one question at a time without a KV cache (speed)
-    readout: str = choice("question", "frames", reading=True)  # evaluate asks the handout's question, or in frames.py's
-    readout_frames: int = reading_only(3)  # frames readout: the best mined frames that write candidate places
+    readout: str = choice("question", "frames", reading=True)  # how evaluate asks: the question, or in mined frames
+    readout_frames: int = reading_only(3)  # frames readout: how many frames write candidate places
 
     def __post_init__(self):
         for field in dataclasses.fields(self):

@@ -63,6 +63,12 @@ def test_mining_counts_people_and_keeps_the_shared_frames_and_date_words():
     assert frames.mine(BIOGRAPHIES, PAIRS, min_people=6).frames == []
 
 
+def test_a_biography_is_found_by_the_whole_name_initials_and_all():
+    documents = ["John F. Kennedy. Born in Brookline, Kennedy ...", "John Fisher. Born in Glasgow ."]
+    found = frames.biographies(documents, ["John F. Kennedy", "John Fisher", "John Smith"])
+    assert found == {"John F. Kennedy": "Born in Brookline, Kennedy ...", "John Fisher": "Born in Glasgow ."}
+
+
 @pytest.mark.parametrize(
     "written, place",
     [
