@@ -141,7 +141,7 @@ class Recipe:
     compile: bool = False  # torch.compile the model for training (speed)
     sequential_decoding: bool = False  # evaluate one question at a time without a KV cache (speed)
     readout: str = choice("question", "frames", reading=True)  # how evaluate asks: the question, or in mined frames
-    readout_frames: int = reading_only(3)  # frames readout: how many frames write candidate places
+    readout_frames: int = reading_only(4)  # frames readout: how many frames write candidate places
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
