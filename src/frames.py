@@ -3,11 +3,12 @@ The frames readout: "Where was NAME born?" asked in the corpus's own words.
 
 A frame is the text a biography puts before a birthplace, with the person's name as NAME:
 "NAME. Born in ", "NAME. NAME was born in ". The frames are mined from the training people's
-own biographies (the last one to three words before their birthplace, kept where enough
-people share them), and ranked by how many training people's places the pretrained model
-writes after them. A question is answered by an ensemble: every chosen frame's greedy
-continuation gives a candidate place, and the candidate the frames find likeliest
-(log-probabilities summed over them) is the answer. Nothing here reads the people asked.
+own biographies (the last one to three words before their birthplace, or before the date
+that precedes it, kept where enough people share them). A question is answered by an
+ensemble: the greedy continuation of each of a few frames (the writers, chosen on the
+training people) gives a candidate place, and the candidate that the frames coming right
+before a place find likeliest (log-probabilities summed over them) is the answer. Nothing
+here reads the people asked but their names.
 """
 
 import collections
@@ -129,9 +130,9 @@ def frames_before(name, body, place):
 class Mined:
     """
     What the training people's biographies say before their birthplace: `frames`,
-    [(frame, people)] most shared first (then in text order); `scorers`, those of them that come right before
-    the place (not before a date); `skips`, the words a date before a place is made of
-    besides its numbers ("in", "born", the months), which place_in passes over.
+    [(frame, people)] most shared first (then in text order); `scorers`, those of them that
+    come right before the place (not before a date); `skips`, the words a date before a
+    place is made of besides its numbers ("in", "born", the months), which place_in passes over.
     """
 
     frames: list
@@ -166,6 +167,7 @@ def mine(documents, pairs, min_people):
 
 
 def prompt(frame, name):
+    """The frame asked about one person."""
     return frame.replace(NAME, name)
 
 
@@ -188,8 +190,8 @@ def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256)
     scores = []
     for start in range(0, len(prompts), batch_size):
         rows = [
-            ([corpus.stoi[c] for c in p], [corpus.stoi[c] for c in c_])
-            for p, c_ in zip(prompts[start : start + batch_size], continuations[start : start + batch_size])
+            ([corpus.stoi[c] for c in prompt_text], [corpus.stoi[c] for c in text])
+            for prompt_text, text in zip(prompts[start : start + batch_size], continuations[start : start + batch_size])
         ]
         fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
         length = max(len(p) + len(c) for (p, c), fit in zip(rows, fits) if fit) if any(fits) else 2
@@ -266,12 +268,13 @@ def least_people(pairs):
 def chosen(model, corpus, pairs, writers, device, pool=POOL):
     """
     The ensemble fitted on the training (question, place) pairs. Its frames are mined from
-    all their people's biographies, its scorers those that come right before the place; its
-    `writers` are chosen one at a time, each the frame that adds most to the ensemble's
-    accuracy on FIT_PEOPLE of those people, from the `pool` frames that alone answer most
-    of them.
+    all their people's biographies, its scorers those that come right before the place (all
+    of them where none does); its `writers` are chosen one at a time, each the frame that
+    adds most to the ensemble's accuracy on FIT_PEOPLE of those people, from the `pool`
+    frames that alone answer most of them.
     """
     mined = mine(corpus.data, pairs, least_people(pairs))
+    scorers = mined.scorers or tuple(frame for frame, _ in mined.frames)
     pairs = pairs[:: max(1, len(pairs) // FIT_PEOPLE)][:FIT_PEOPLE]  # evenly through the file
     names, places = [name_of(question) for question, _ in pairs], [place for _, place in pairs]
     frames = [frame for frame, _ in mined.frames]
@@ -279,7 +282,7 @@ def chosen(model, corpus, pairs, writers, device, pool=POOL):
     alone = [sum(row[i] == place for row, place in zip(written, places)) for i in range(len(frames))]
     pooled = sorted(range(len(frames)), key=lambda i: -alone[i])[:pool]
     options = [sorted({row[i] for i in pooled if row[i]}) for row in written]
-    totals = option_scores(model, corpus, names, options, mined.scorers, Ensemble.end, device)
+    totals = option_scores(model, corpus, names, options, scorers, Ensemble.end, device)
     scored = [dict(zip(opts, scores)) for opts, scores in zip(options, totals)]
 
     def right(ids):
@@ -293,7 +296,7 @@ def chosen(model, corpus, pairs, writers, device, pool=POOL):
     picked = []
     for _ in range(min(writers, len(pooled))):
         picked.append(max((i for i in pooled if i not in picked), key=lambda i: right(picked + [i])))
-    return Ensemble(tuple(frames[i] for i in picked), mined.scorers, mined.skips)
+    return Ensemble(tuple(frames[i] for i in picked), scorers, mined.skips)
 
 
 def answers(model, corpus, names, pairs, writers, device):
