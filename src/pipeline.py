@@ -312,8 +312,9 @@ def freeze(model, parts):
 
 def evaluate(cfg: RunConfig) -> Evaluation:
     """
-    Greedy answers to eval_corpus_path, written to outputs_path (rank 0), scored where the
-    file has answers; with details_path, also a line of JSON per question (details_lines).
+    Answers to eval_corpus_path (greedy after the handout's question, or the frames readout's:
+    recipe.readout), written to outputs_path (rank 0), scored where the file has answers;
+    with details_path, also a line of JSON per question (details_lines).
     """
     with started(cfg) as (cfg, facts, device):
         setup = build(cfg, facts)
