@@ -8,12 +8,10 @@ import dataclasses
 import json
 import math
 
-import frames
 from dataset import MASK_CHAR, question_place_pairs
-from decoding import birthplace_recall, predict_answers, recalled_places
-from distributed import rank_and_world_size
+from decoding import birthplace_recall, recalled_places
 from errors import RunError
-from inputs import encodable_questions, read_pairs
+from inputs import read_pairs
 
 
 @dataclasses.dataclass
@@ -96,19 +94,3 @@ def recalled_pairs(model, corpus, pairs, device, prompt):
 def recall_line(recalled, probed):
     """The figure a command prints, in the course's score-line format."""
     return f"Recalled: {recalled} out of {probed}: {round(recalled / max(1, probed) * 100, 2)}%"
-
-
-def readout_share(cfg, corpus, model, questions, device):
-    """
-    This rank's share of the Answers to `questions` (every world_size-th): greedy after the
-    handout's question, or the frames readout's (cfg.recipe.readout), its ensemble fitted on
-    the training pairs of finetune_corpus_path.
-    """
-    rank, world_size = rank_and_world_size()
-    r = cfg.recipe
-    if r.readout == "frames":
-        names = encodable_questions(corpus, frames.names_of(questions, cfg.eval_corpus_path), "names")
-        training = held_out_pairs(cfg.finetune_corpus_path)
-        return frames.answers(model, corpus, names[rank::world_size], training, r.readout_frames, device)
-    mine = encodable_questions(corpus, questions)[rank::world_size]
-    return predict_answers(model, mine, corpus.stoi, corpus.itos, device, sequential=r.sequential_decoding)
