@@ -6,8 +6,9 @@
 #
 #   ./run.sh                      the handout's settings with a CUDA GPU (budgeted at two GPU-hours per pretraining);
 #                                 without one, the cpu recipe (420 epochs of a 128-wide model at
-#                                 batch 32, then 20 on shifted examples: about 1 h 40 min per
-#                                 pretraining on 2 cores; docs/cpu-recipe.md)
+#                                 batch 32, then 20 on shifted examples: about 70 minutes per
+#                                 pretraining on 2 cores; docs/cpu-recipe.md), whose pretrained
+#                                 models are asked in the corpus's words, not finetuned (docs/readout.md)
 #   ./run.sh --pretrain_epochs 1 ...   any run.py flags, passed to every training and evaluation
 #                                 (--recipe handout forces the handout's settings on a CPU)
 #   ./run.sh --jobs 5             the trainings side by side on one device, each with its share of
@@ -139,6 +140,14 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
   echo "run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)" >&2
   OVERRIDES=(--recipe cpu ${OVERRIDES[@]+"${OVERRIDES[@]}"})  # first, so that a --recipe among the overrides wins
 fi
+# The recipe's readout, as run.py reads the overrides: "question" finetunes the pretrained models on
+# the handout's question; "frames" asks them in the corpus's own words, zero-shot (docs/readout.md).
+READOUT=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from arguments import build_parser, parse
+print(parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[1:]], build_parser())[0].recipe.readout)' \
+  ${OVERRIDES[@]+"${OVERRIDES[@]}"})
+if [[ $READOUT == frames ]]; then
+  echo "run.sh: --readout frames: the pretrained models are asked in the corpus's words, not finetuned (docs/readout.md)" >&2
+fi
 
 # With --jobs N, each training gets N-th of the host's cores as threads (OMP_NUM_THREADS, unless
 # set already) and, on CUDA, a few DataLoader workers beside them; the flags given win.
@@ -170,10 +179,10 @@ evaluate() {  # evaluate NAME VARIANT PARAMS PREFIX [FLAGS...]: dev and test pre
     --eval_corpus_path birth_test_inputs.tsv --outputs_path "$prefix.test.predictions"
 }
 
-without_pretraining() {
+without_pretraining() {  # finetuned on the question from scratch, so asked the question whatever the readout
   step "vanilla without pretraining" run_py finetune vanilla wiki.txt \
     --writing_params_path vanilla.model.params --finetune_corpus_path birth_places_train.tsv
-  evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain
+  evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain --readout question
 }
 
 BOTTLENECK=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import HANDOUT_BOTTLENECK_DIM; print(HANDOUT_BOTTLENECK_DIM)')
@@ -182,10 +191,14 @@ with_pretraining() {  # with_pretraining VARIANT
   [[ $variant == perceiver ]] && flags=(--bottleneck_dim "$BOTTLENECK")
   step "$variant pretraining" run_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --writing_params_path "$variant.pretrain.params"
-  step "$variant finetuning" run_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
-    --reading_params_path "$variant.pretrain.params" --writing_params_path "$variant.finetune.params" \
-    --finetune_corpus_path birth_places_train.tsv
-  evaluate "$variant with pretraining" "$variant" "$variant.finetune.params" "$variant.pretrain" ${flags[@]+"${flags[@]}"}
+  local read=$variant.pretrain.params
+  if [[ $READOUT == question ]]; then
+    read=$variant.finetune.params
+    step "$variant finetuning" run_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
+      --reading_params_path "$variant.pretrain.params" --writing_params_path "$read" \
+      --finetune_corpus_path birth_places_train.tsv
+  fi
+  evaluate "$variant with pretraining" "$variant" "$read" "$variant.pretrain" ${flags[@]+"${flags[@]}"}
 }
 
 # The trainings, as "row name|predictions prefix|command"; the table's rows come in this order.
@@ -244,5 +257,9 @@ fi
       echo "| $name | failed: see $LOGS/$prefix.log |"
     fi
   done
+  if [[ $READOUT == frames ]]; then
+    echo
+    echo "With pretraining: asked zero-shot in the corpus's words (--readout frames); without: finetuned on the question."
+  fi
 } | tee results.md
 (( ${#FAILED[@]} == 0 ))

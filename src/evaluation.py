@@ -6,12 +6,17 @@ birthplaces a pretrained model recalls, from their biographies or from their nam
 
 import dataclasses
 import json
+import logging
 import math
 
+import frames
 from dataset import MASK_CHAR, question_place_pairs
-from decoding import birthplace_recall, recalled_places
+from decoding import birthplace_recall, predict_answers, recalled_places
+from distributed import rank_and_world_size
 from errors import RunError
-from inputs import read_pairs
+from inputs import encodable_questions, read_pairs
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -94,3 +99,24 @@ def recalled_pairs(model, corpus, pairs, device, prompt):
 def recall_line(recalled, probed):
     """The figure a command prints, in the course's score-line format."""
     return f"Recalled: {recalled} out of {probed}: {round(recalled / max(1, probed) * 100, 2)}%"
+
+
+def readout_share(cfg, facts, corpus, model, questions, device):
+    """
+    This rank's share (every world_size-th) of the Answers to `questions`, read out as the
+    recipe says: greedy after the handout's question, or the frames readout's, its ensemble
+    fitted on the training pairs of finetune_corpus_path (facts: those of the params read).
+    """
+    rank, world_size = rank_and_world_size()
+    r = cfg.recipe
+    if r.readout == "question":
+        mine = encodable_questions(corpus, questions)[rank::world_size]
+        return predict_answers(model, mine, corpus.stoi, corpus.itos, device, sequential=r.sequential_decoding)
+    if (facts or {}).get("function") == "finetune":
+        logger.warning(
+            f"{cfg.reading_params_path} are finetuned params: the frames readout asks in the corpus's words, "
+            "which finetuning on the question unlearns (docs/readout.md)"
+        )
+    names = encodable_questions(corpus, frames.names_of(questions, cfg.eval_corpus_path), "names")
+    training = held_out_pairs(cfg.finetune_corpus_path)
+    return frames.answers(model, corpus, names[rank::world_size], training, r.readout_frames, device)

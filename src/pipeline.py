@@ -29,16 +29,14 @@ from torch.utils.data import ConcatDataset
 
 import adapters
 import checkpoint
-import frames
 from augment import viewed
 from config import BLOCK_SIZE, CUDA_CHECKPOINT_MINUTES, RunConfig, default_num_workers, resolve_recipe
-from decoding import predict_answers
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from errors import RunError
-from evaluation import PROBES, Evaluation, details_lines, held_out_pairs, recalled_pairs
+from evaluation import PROBES, Evaluation, details_lines, held_out_pairs, readout_share, recalled_pairs
 from evaluation import recall as probed_recall
 from files import PathInUse, atomic_write, exclusive_lock
-from inputs import check_config, encodable_questions, held_out_split, load_corpus, load_pairs, read_pairs, vocabulary
+from inputs import check_config, held_out_split, load_corpus, load_pairs, read_pairs, vocabulary
 from logs import EpochEnd, EpochHooks, HeldOutLoss, Hook, TensorBoardLog
 from model import GPT, variant_config
 from params import check_vocabulary, load_fitting_params, load_params, read_facts, save_params_with_facts
@@ -121,7 +119,9 @@ def build(cfg, facts, max_shift=0, state=None):
 def params_facts(cfg, corpus):
     """What a params file is: written beside it as <params>.json, and into the checkpoint."""
     facts = dict(variant=cfg.variant, **cfg.recipe.sizes(cfg.variant), block_size=BLOCK_SIZE)
-    return dict(facts, vocabulary=vocabulary(corpus), recipe=cfg.recipe_name, command=cfg.command)
+    return dict(
+        facts, vocabulary=vocabulary(corpus), recipe=cfg.recipe_name, function=cfg.function, command=cfg.command
+    )
 
 
 def run_identity(cfg, dataset, vocab_size, stage=1):
@@ -261,11 +261,12 @@ def stage_data(cfg, corpus, stage, hooks):
     return (parts[0] if len(parts) == 1 else ConcatDataset(parts)), hooks
 
 
-def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
+def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
     """
     Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path;
     from params, on every pair or on those whose place the params recall (finetune_people),
     training every weight but the frozen parts, or low-rank adapters merged in at the end.
+    examples(corpus, pairs), if given, makes the (x, y) examples of the (question, place) pairs.
     """
     with started(cfg) as (cfg, facts, device):
         setup = build(cfg, facts)
@@ -275,6 +276,7 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
         pretrained = bool(cfg.reading_params_path)
         if pretrained and r.finetune_people != "all":
             keep_recalled(setup, dataset, PROBES[r.finetune_people], device)
+        dataset = examples(setup.corpus, dataset.data) if examples else dataset
         if pretrained and r.finetune_lora_rank:
             adapters.add(setup.model, r.finetune_lora_rank)
         epochs = r.finetune_epochs_from_pretrained if pretrained else r.finetune_epochs_from_scratch
@@ -312,27 +314,19 @@ def freeze(model, parts):
 
 def evaluate(cfg: RunConfig) -> Evaluation:
     """
-    Answers to eval_corpus_path (greedy after the handout's question, or the frames readout's:
-    recipe.readout), written to outputs_path (rank 0), scored where the file has answers;
-    with details_path, also a line of JSON per question (details_lines).
+    Answers to eval_corpus_path (the recipe's readout: evaluation.readout_share), written to
+    outputs_path (rank 0), scored where the file has answers; with details_path, also a line
+    of JSON per question (details_lines).
     """
     with started(cfg) as (cfg, facts, device):
         setup = build(cfg, facts)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
         asked = [question for _, question, _ in rows]
-        rank, world_size = rank_and_world_size()
-        corpus, model, r = setup.corpus, setup.model.to(device), cfg.recipe
-        if r.readout == "frames":  # the training pairs fit the ensemble; the questions give the names
-            names = encodable_questions(corpus, frames.names_of(asked, cfg.eval_corpus_path), "names")
-            training = held_out_pairs(cfg.finetune_corpus_path)
-            share = frames.answers(model, corpus, names[rank::world_size], training, r.readout_frames, device)
-        else:
-            mine = encodable_questions(corpus, asked)[rank::world_size]
-            share = predict_answers(model, mine, corpus.stoi, corpus.itos, device, sequential=r.sequential_decoding)
+        share = readout_share(cfg, facts, setup.corpus, setup.model.to(device), asked, device)
         answers = gather_interleaved(share, len(rows))
         predictions = [answer.text for answer in answers]
         places = [place for _, _, place in rows] if rows and rows[0][2] is not None else None
-        if rank == 0:
+        if rank_and_world_size()[0] == 0:
             atomic_write(cfg.outputs_path, lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")))
             if cfg.details_path:
                 lines = details_lines([question for _, question, _ in rows], answers, places)

@@ -605,14 +605,20 @@ def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(t
     done = run_sh(folder)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "training with --recipe cpu" in done.stderr
+    assert "--readout frames: the pretrained models are asked in the corpus's words" in done.stderr
     commands = [line.split() for line in done.stderr.splitlines() if " src/run.py " in line]
     trainings = [c for c in commands if c[2] in ("pretrain", "finetune")]
-    assert len(commands) == 19 and len(trainings) == 9
+    assert len(commands) == 15 and len(trainings) == 5  # the cpu recipe's pretrained models are not finetuned
     assert all(c[c.index("--recipe") + 1] == "cpu" for c in trainings)
+    finetunings = [c for c in trainings if c[2] == "finetune"]
+    assert len(finetunings) == 1 and "--reading_params_path" not in finetunings[0]  # vanilla without pretraining
+    evaluations = [c for c in commands if c[2] == "evaluate"]
+    assert [c[c.index("--readout") + 1] for c in evaluations if "--readout" in c] == ["question", "question"]
+    assert sum(c[c.index("--reading_params_path") + 1].endswith(".pretrain.params") for c in evaluations) == 8
     stage_logs = [name for name in os.listdir(folder / "expt" / "pretrain") if name.startswith("run_stage2_")]
     assert sorted(name.split("_")[2] for name in stage_logs) == ["perceiver", "rope", "synthesizer", "vanilla"]
     rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()
-    assert [row.split("|")[1].strip() for row in rows[3:]] == [
+    assert [row.split("|")[1].strip() for row in rows[3:9]] == [
         "London baseline",
         "vanilla without pretraining",
         "vanilla with pretraining",
@@ -620,7 +626,12 @@ def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(t
         "synthesizer with pretraining",
         "rope with pretraining",
     ]
-    assert all(re.fullmatch(r"\d+ out of 10: [\d.]+%", row.split("|")[2].strip()) for row in rows[4:]), rows
+    assert all(re.fullmatch(r"\d+ out of 10: [\d.]+%", row.split("|")[2].strip()) for row in rows[4:9]), rows
+    assert rows[9:] == [
+        "",
+        "With pretraining: asked zero-shot in the corpus's words (--readout frames); "
+        "without: finetuned on the question.",
+    ]
     for prefix in [
         "vanilla.nopretrain",
         "vanilla.pretrain",
@@ -630,11 +641,13 @@ def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(t
     ]:
         assert (folder / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
 
-    # --jobs 2, one thread a training: a latent length the block cannot hold fails the perceiver's
-    # pretraining (vanilla has no use for it), named in one line with its log; the others' rows
-    # and predictions are the sequential run's, bit for bit
+    # --jobs 2, one thread a training, the pretrained models finetuned and asked the question: a
+    # latent length the block cannot hold fails the perceiver's pretraining (vanilla has no use for
+    # it), named in one line with its log; vanilla without pretraining is the sequential run's, bit for bit
     sequential, folder = folder, assignment_copy(tmp_path / "jobs")
-    done = run_sh(folder, "--jobs", "2", "--bottleneck_dim", "200", VARIANTS="vanilla perceiver")
+    done = run_sh(
+        folder, "--jobs", "2", "--bottleneck_dim", "200", "--readout", "question", VARIANTS="vanilla perceiver"
+    )
     assert done.returncode == 1
     assert "the trainings, 2 at a time, 1 thread(s) each" in done.stderr
     assert "run.sh: perceiver with pretraining failed: see logs/perceiver.pretrain.log" in done.stderr.splitlines()
@@ -642,13 +655,15 @@ def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(t
     assert "bottleneck_dim 200" in (folder / "logs" / "perceiver.pretrain.log").read_text(encoding="utf-8")
     rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()
     sequential_rows = (sequential / "results.md").read_text(encoding="utf-8").splitlines()
-    assert rows[:6] == sequential_rows[:6]  # the heading, London, vanilla without and with pretraining
+    assert rows[:5] == sequential_rows[:5]  # the heading, London, vanilla without pretraining
+    assert re.fullmatch(r"\| vanilla with pretraining \| \d+ out of 10: [\d.]+% \|", rows[5]), rows
     assert rows[6:] == ["| perceiver with pretraining | failed: see logs/perceiver.pretrain.log |"], rows
-    for prefix in ["vanilla.nopretrain", "vanilla.pretrain"]:
-        for split in ("dev", "test"):
-            name = f"{prefix}.{split}.predictions"
-            assert (folder / name).read_bytes() == (sequential / name).read_bytes(), name
-        assert " src/run.py evaluate " in (folder / "logs" / f"{prefix}.log").read_text(encoding="utf-8")
+    for split in ("dev", "test"):
+        name = f"vanilla.nopretrain.{split}.predictions"
+        assert (folder / name).read_bytes() == (sequential / name).read_bytes(), name
+    vanilla = (folder / "logs" / "vanilla.pretrain.log").read_text(encoding="utf-8")
+    assert " src/run.py finetune vanilla " in vanilla and " src/run.py evaluate " in vanilla
+    assert (folder / "vanilla.finetune.params").exists() and not (sequential / "vanilla.finetune.params").exists()
 
 
 VARIANT_NAMES = "(vanilla, perceiver, synthesizer, rope)"

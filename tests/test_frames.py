@@ -159,3 +159,30 @@ def test_the_frames_readout_needs_the_training_pairs_and_its_questions(tiny_worl
     said = one_line_error(capsys, *evaluate_args("vanilla", wiki, params, odd, tmp_path / "out"), *training)
     assert f"{odd}, line 2: 'Who painted it?' is not of the form 'Where was NAME born?'" in said
     assert not (tmp_path / "out").exists()
+
+
+def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(tiny_world, tmp_path, capsys):
+    """Finetuned params read out in frames answer almost nothing (docs/readout.md): evaluate says why, and answers."""
+    wiki, pretrained, finetuned = tiny_world["wiki.txt"], tmp_path / "p.params", tmp_path / "f.params"
+    assert main("pretrain", "vanilla", wiki, "--writing_params_path", pretrained, "--pretrain_epochs", 1, *TINY) == 0
+    finetune = ["--finetune_corpus_path", tiny_world["train.tsv"], "--finetune_epochs_from_pretrained", 1, *TINY]
+    assert (
+        main(
+            "finetune",
+            "vanilla",
+            wiki,
+            "--reading_params_path",
+            pretrained,
+            "--writing_params_path",
+            finetuned,
+            *finetune,
+        )
+        == 0
+    )
+    readout = ["--readout", "frames", "--finetune_corpus_path", tiny_world["train.tsv"], *TINY]
+    for params, warned in [(pretrained, False), (finetuned, True)]:
+        capsys.readouterr()
+        assert main(*evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], tmp_path / "out"), *readout) == 0
+        said = capsys.readouterr()
+        assert said.out.startswith("Correct: ") and (f"{finetuned} are finetuned params: " in said.err) == warned
+        assert ("which finetuning on the question unlearns" in said.err) == warned

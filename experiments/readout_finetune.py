@@ -1,0 +1,131 @@
+"""
+Does any finetuning add to the frames readout (src/frames.py)? Each run finetunes the
+pretrained params on the first 1,600 people of birth_places_train.tsv, then the ensemble
+chosen zero-shot on those people, before any finetuning (finetuning on them would make them
+a poor judge of the writers), is scored on the last 400, beside the handout's question.
+
+    python experiments/readout_finetune.py vanilla wiki.txt --reading_params_path pretrain.params \\
+        [--finetune_corpus_path birth_places_train.tsv] [--runs zero-shot question frames ...]
+
+The runs (RUNS): the `cpu` recipe's finetuning on the question (lr 2e-4, GPT-1's auxiliary
+loss λ 0.5), at a tenth of its rate, and on the people whose birthplace the params complete
+from their biography only; finetuning in the frames themselves (each person asked in every
+frame that comes right before a place in the biographies, trained on the place and the
+comma after it), at both rates; and learning only where a place ends (the comma alone).
+"""
+
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+import src_path  # noqa: F401
+
+# isort: split
+import frames
+import pipeline
+from arguments import exit_status, params_parser, reading_config
+from config import RECIPES, RunConfig
+from dataset import PAD_CHAR
+from decoding import predict_places
+from evaluation import held_out_pairs
+
+# run name: (form of the finetuning examples, recipe settings); form None: no finetuning
+RUNS = {
+    "zero-shot": (None, {}),
+    "question": ("question", {}),
+    "question, lr 2e-5": ("question", dict(finetune_lr=2e-5)),
+    "question, people the params recall": ("question", dict(finetune_people="biography")),
+    "frames": ("frames", {}),
+    "frames, lr 2e-5": ("frames", dict(finetune_lr=2e-5)),
+    "place ends": ("ends", {}),
+}
+
+
+class FramedPairs(torch.utils.data.Dataset):
+    """
+    Each (question, place) pair's person asked in each frame, as (x, y) rows of block_size - 1:
+    x = the frame's prompt, the place, `end`, pads; y trains the place and `end` after the
+    prompt ("frames") or `end` alone ("ends"), the pad elsewhere.
+    """
+
+    def __init__(self, corpus, pairs, scorers, end, form):
+        self.stoi, self.block_size = corpus.stoi, corpus.block_size
+        self.rows = []
+        for question, place in pairs:
+            for frame in scorers:
+                asked, answer = frames.prompt(frame, frames.name_of(question)), frames.known(place + end, corpus.stoi)
+                if len(asked) + len(answer) > self.block_size:
+                    continue
+                if form == "ends":  # the place becomes part of the prompt
+                    asked, answer = asked + answer[: -len(end)], answer[-len(end) :]
+                self.rows.append((asked, answer))
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, idx):
+        asked, trained = self.rows[idx]
+        text = (asked + trained).ljust(self.block_size, PAD_CHAR)
+        target = PAD_CHAR * (len(asked) - 1) + text[len(asked) :]
+        return tuple(torch.tensor([self.stoi[c] for c in row], dtype=torch.long) for row in (text[:-1], target))
+
+
+def finetuned(cfg, form, settings, fitting_path, ensemble, folder):
+    """The model finetuned as the run says (form None: the pretrained one), on the run's device."""
+    path = cfg.reading_params_path
+    if form is not None:
+        path = os.path.join(folder, "finetuned.params")
+        run = RunConfig(
+            "finetune", cfg.variant, cfg.pretrain_corpus_path, reading_params_path=cfg.reading_params_path,
+            writing_params_path=path, finetune_corpus_path=fitting_path, device=cfg.device,
+            recipe=dataclasses.replace(RECIPES["cpu"], **settings), recipe_name="cpu",
+        )  # fmt: skip
+
+        def examples(corpus, pairs):
+            return FramedPairs(corpus, pairs, ensemble.scorers, ensemble.end, form)
+
+        pipeline.finetune(run, examples=None if form == "question" else examples)
+    resolved, facts = pipeline.resolved(dataclasses.replace(cfg, reading_params_path=path))
+    return pipeline.build(resolved, facts).model.to(pipeline.start_device(resolved))
+
+
+def main(argv=None):
+    parser = params_parser(__doc__, "the pretrained params to finetune", prog="readout_finetune.py")
+    parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv", help="the training pairs")
+    parser.add_argument(
+        "--runs", nargs="+", choices=list(RUNS), default=list(RUNS), metavar="RUN", help=str(list(RUNS))
+    )
+    parser.add_argument("--writers", type=int, default=RECIPES["cpu"].readout_frames, help="how many frames write")
+    args = parser.parse_args(argv)
+    cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
+
+    def run():
+        resolved, facts = pipeline.resolved(cfg)
+        setup, device = pipeline.build(resolved, facts), pipeline.start_device(resolved)
+        corpus, pairs = setup.corpus, held_out_pairs(cfg.finetune_corpus_path)
+        fitting, checking = pairs[:1600], pairs[-400:]
+        ensemble = frames.chosen(setup.model.to(device), corpus, fitting, args.writers, device)
+        print(f"writers: {', '.join(ensemble.writers)}\nscorers: {', '.join(ensemble.scorers)}\n")
+        print("| run | frames readout, last 400 | the handout question, last 400 | CPU s |\n| --- | --- | --- | --- |")
+        names, questions = [frames.name_of(q) for q, _ in checking], [q for q, _ in checking]
+        with tempfile.TemporaryDirectory() as folder:
+            fitting_path = os.path.join(folder, "train1600.tsv")
+            with open(fitting_path, "w", encoding="utf-8") as f:
+                f.writelines(f"{question}\t{place}\n" for question, place in fitting)
+            for name in args.runs:
+                started = time.process_time()
+                model = finetuned(cfg, *RUNS[name], fitting_path, ensemble, folder)
+                read = [answer for answer, _ in ensemble.answers(model, corpus, names, device)]
+                asked = predict_places(model, questions, corpus.stoi, corpus.itos, device)
+                cells = [f"{frames.accuracy(answers, checking):.1%}" for answers in (read, asked)]
+                print(f"| {name} | {' | '.join(cells)} | {time.process_time() - started:.0f} |", flush=True)
+
+    return exit_status("readout_finetune.py", run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
