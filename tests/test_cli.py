@@ -784,6 +784,18 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
     with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
         assert sorted(z.namelist()) == sorted(names[:7] + rope + course)
 
+    # read out in frames (results.md says so): the pretrained params made the predictions, no finetune.params
+    (tmp_path / "results.md").write_text("| run | dev |\n\nWith pretraining: asked zero-shot (--readout frames)\n")
+    for name in [n for n in names + rope if n.endswith("finetune.params")]:
+        (tmp_path / name).unlink()
+    code, out, err = collect(tmp_path, "2024")
+    assert code == 0, err
+    with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
+        assert sorted(z.namelist()) == sorted([n for n in names[:7] + rope if "finetune" not in n] + course)
+    (tmp_path / "results.md").write_text("| run | dev |\n")
+    code, _, err = collect(tmp_path, "2024")  # asked the question: the finetuned params belong in the zip
+    assert code == 1 and "vanilla.finetune.params" in err and "rope.finetune.params" in err
+
     code, _, err = collect(tmp_path, "2021")  # the synthesizer's files are missing
     assert code == 1 and "synthesizer.pretrain.params" in err and not (tmp_path / "assignment5.zip").exists()
     for args in [["2022"], ["2023", "extra"]]:

@@ -165,20 +165,9 @@ def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(t
     """Finetuned params read out in frames answer almost nothing (docs/readout.md): evaluate says why, and answers."""
     wiki, pretrained, finetuned = tiny_world["wiki.txt"], tmp_path / "p.params", tmp_path / "f.params"
     assert main("pretrain", "vanilla", wiki, "--writing_params_path", pretrained, "--pretrain_epochs", 1, *TINY) == 0
-    finetune = ["--finetune_corpus_path", tiny_world["train.tsv"], "--finetune_epochs_from_pretrained", 1, *TINY]
-    assert (
-        main(
-            "finetune",
-            "vanilla",
-            wiki,
-            "--reading_params_path",
-            pretrained,
-            "--writing_params_path",
-            finetuned,
-            *finetune,
-        )
-        == 0
-    )
+    finetune = ["finetune", "vanilla", wiki, "--reading_params_path", pretrained, "--writing_params_path", finetuned]
+    pairs = ["--finetune_corpus_path", tiny_world["train.tsv"], "--finetune_epochs_from_pretrained", 1, *TINY]
+    assert main(*finetune, *pairs) == 0
     readout = ["--readout", "frames", "--finetune_corpus_path", tiny_world["train.tsv"], *TINY]
     for params, warned in [(pretrained, False), (finetuned, True)]:
         capsys.readouterr()
