@@ -37,47 +37,64 @@ percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
   echo "${1##*: }"
 }
 
+readout_of() {  # readout_of RUN.PY-FLAGS...: the recipe's readout as run.py reads the flags: "question"
+  # finetunes pretrained models on the handout's question; "frames" asks them in the corpus's own
+  # words, zero-shot (docs/readout.md)
+  "$PY" -c 'import sys; sys.path.insert(0, "src"); from arguments import build_parser, parse
+print(parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[1:]], build_parser())[0].recipe.readout)' "$@"
+}
+
 # The demo: src/world.py writes the assignment's four files for generated people into
 # DEMO_DIR/world. A model is pretrained on their biographies with the training people's
-# questions mixed in (never the dev people's), then finetuned gently on those questions,
-# all with the demo recipe (src/config.py: RECIPES["demo"], DEMO_VARIANT); the dev people's
-# questions are asked before finetuning, after it, and of the same finetuning without
-# pretraining, against the most frequent training birthplace (docs/demo.md). DEMO_SEED
-# seeds the world and the training; DEMO_WORLD (world.py's flags) and DEMO_FLAGS (run.py
-# flags for the demo's trainings, e.g. --pretrain_epochs 60) shrink it (the tests run a small one).
+# questions mixed in (never the dev people's), all with the demo recipe (src/config.py:
+# RECIPES["demo"], DEMO_VARIANT). Its readout asks the pretrained model the dev people's
+# questions in the words of the biographies, with frames mined from the training people's
+# (--readout frames), against the handout's question asked of the same params, finetuning
+# without pretraining and the most frequent training birthplace (docs/demo.md). With
+# --readout question in DEMO_FLAGS, the pretrained model is finetuned gently on the training
+# questions and asked the question instead. DEMO_SEED seeds the world and the training;
+# DEMO_WORLD (world.py's flags) and DEMO_FLAGS (run.py flags for the demo's trainings and
+# evaluations, e.g. --pretrain_epochs 60) shrink it (the tests run a small one).
 DEMO_DIR=${DEMO_DIR:-demo}
 DEMO_SEED=${DEMO_SEED:-0}
 
 demo() {
   local dir=$DEMO_DIR w=$DEMO_DIR/world
-  local world variant
+  local world variant readout
   world=${DEMO_WORLD:-$("$PY" -c 'import sys; sys.path.insert(0, "src"); from world import DEMO_WORLD; print(DEMO_WORLD)')}
   variant=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import DEMO_VARIANT; print(DEMO_VARIANT)')
   read -r -a world <<< "$world"
   local flags=()
   read -r -a flags <<< "${DEMO_FLAGS:-}"
   local demo=(--recipe demo --seed "$DEMO_SEED" ${flags[@]+"${flags[@]}"})
+  readout=$(readout_of "${demo[@]}")
+  local train=(--finetune_corpus_path "$w/birth_places_train.tsv")  # the frames readout mines them too
   mkdir -p "$dir"
   step "demo world" run_echoed "$PY" src/world.py "$w" "${world[@]}" --seed "$DEMO_SEED" >&2
   step "pretraining on the biographies, the training people's questions mixed in" run_echoed "$PY" src/run.py \
     pretrain "$variant" "$w/wiki.txt" "${demo[@]}" \
     --mix_corpus_path "$w/birth_places_train.tsv" --writing_params_path "$dir/pretrain.params"
-  local recall before pretrained scratch baseline
+  local recall before pretrained scratch baseline label
   recall=$(step "pretrained model: dev birthplaces recalled from the biographies" run_echoed "$PY" src/recall.py \
     "$variant" "$w/wiki.txt" --reading_params_path "$dir/pretrain.params" --eval_corpus_path "$w/birth_dev.tsv")
-  before=$(step "pretrained model, before finetuning: dev" run_echoed "$PY" src/run.py evaluate "$variant" \
-    "$w/wiki.txt" --reading_params_path "$dir/pretrain.params" --eval_corpus_path "$w/birth_dev.tsv" \
-    --outputs_path "$dir/before_finetuning.dev.predictions")
-  step "finetuning the pretrained model" run_echoed "$PY" src/run.py finetune "$variant" "$w/wiki.txt" "${demo[@]}" \
-    --reading_params_path "$dir/pretrain.params" --writing_params_path "$dir/finetune.params" \
-    --finetune_corpus_path "$w/birth_places_train.tsv"
-  pretrained=$(step "pretrain+finetune: dev" run_echoed "$PY" src/run.py evaluate "$variant" "$w/wiki.txt" \
-    --reading_params_path "$dir/finetune.params" --eval_corpus_path "$w/birth_dev.tsv" \
+  before=$(step "pretrained model, asked the handout's question: dev" run_echoed "$PY" src/run.py evaluate \
+    "$variant" "$w/wiki.txt" "${demo[@]}" --readout question --reading_params_path "$dir/pretrain.params" \
+    --eval_corpus_path "$w/birth_dev.tsv" --outputs_path "$dir/before_finetuning.dev.predictions")
+  local read=$dir/pretrain.params
+  label="pretrained, asked in the corpus's words"
+  if [[ $readout == question ]]; then
+    read=$dir/finetune.params
+    label="pretrain+finetune"
+    step "finetuning the pretrained model" run_echoed "$PY" src/run.py finetune "$variant" "$w/wiki.txt" \
+      "${demo[@]}" --reading_params_path "$dir/pretrain.params" --writing_params_path "$read" "${train[@]}"
+  fi
+  pretrained=$(step "$label: dev" run_echoed "$PY" src/run.py evaluate "$variant" "$w/wiki.txt" "${demo[@]}" \
+    "${train[@]}" --reading_params_path "$read" --eval_corpus_path "$w/birth_dev.tsv" \
     --outputs_path "$dir/pretrained.dev.predictions")
   step "finetuning without pretraining" run_echoed "$PY" src/run.py finetune "$variant" "$w/wiki.txt" "${demo[@]}" \
-    --writing_params_path "$dir/scratch.params" --finetune_corpus_path "$w/birth_places_train.tsv"
-  scratch=$(step "finetune only: dev" run_echoed "$PY" src/run.py evaluate "$variant" "$w/wiki.txt" \
-    --reading_params_path "$dir/scratch.params" --eval_corpus_path "$w/birth_dev.tsv" \
+    --writing_params_path "$dir/scratch.params" "${train[@]}"
+  scratch=$(step "finetune only: dev" run_echoed "$PY" src/run.py evaluate "$variant" "$w/wiki.txt" "${demo[@]}" \
+    --readout question --reading_params_path "$dir/scratch.params" --eval_corpus_path "$w/birth_dev.tsv" \
     --outputs_path "$dir/scratch.dev.predictions")
   baseline=$(step "most frequent training birthplace: dev" run_echoed "$PY" src/london_baseline.py "$w/birth_dev.tsv" \
     --most_frequent_in "$w/birth_places_train.tsv")
@@ -86,15 +103,15 @@ demo() {
   recall=${recall/ out of / of }
   echo
   echo "pretrained model, continuing the dev people's biographies: $recall birthplaces recalled"
-  echo "pretrained model, asked the dev questions before finetuning: ${before#Correct: }"
+  echo "pretrained model, asked the handout's question before any finetuning: ${before#Correct: }"
   echo
   echo "| run | dev: correct out of total: accuracy |"
   echo "| --- | --- |"
-  echo "| pretrain+finetune | ${pretrained#Correct: } |"
+  echo "| $label | ${pretrained#Correct: } |"
   echo "| finetune only | ${scratch#Correct: } |"
   echo "| most frequent training birthplace | ${baseline#Correct: } |"
   echo
-  echo "demo result: pretrain+finetune $(percent "$pretrained"), finetune only $(percent "$scratch"), most-frequent-place $(percent "$baseline")"
+  echo "demo result: $label $(percent "$pretrained"), finetune only $(percent "$scratch"), most-frequent-place $(percent "$baseline")"
 }
 
 if [[ ${1:-} == demo ]]; then
@@ -140,11 +157,7 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
   echo "run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)" >&2
   OVERRIDES=(--recipe cpu ${OVERRIDES[@]+"${OVERRIDES[@]}"})  # first, so that a --recipe among the overrides wins
 fi
-# The recipe's readout, as run.py reads the overrides: "question" finetunes the pretrained models on
-# the handout's question; "frames" asks them in the corpus's own words, zero-shot (docs/readout.md).
-READOUT=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from arguments import build_parser, parse
-print(parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[1:]], build_parser())[0].recipe.readout)' \
-  ${OVERRIDES[@]+"${OVERRIDES[@]}"})
+READOUT=$(readout_of ${OVERRIDES[@]+"${OVERRIDES[@]}"})
 if [[ $READOUT == frames ]]; then
   echo "run.sh: --readout frames: the pretrained models are asked in the corpus's words, not finetuned (docs/readout.md)" >&2
 fi

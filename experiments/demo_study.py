@@ -15,7 +15,9 @@ config.DEMO_VARIANT; the world is world.DEMO_WORLD) with the flags given, so tha
 can become it; the row names the fields that differ from it. Besides the accuracies, the
 row says how many scored birthplaces the pretrained model completes from the biography and
 from the name (evaluation.PROBES), and how many questions it answers before any finetuning
-(pretrained_only). The pretrain+finetune answers' details go to DIR/finetune.params.details
+(pretrained_only: with --readout frames, the readout itself, its frames mined from the
+finetuned people's biographies, and no finetuning from pretrained params). The
+pretrain+finetune answers' details go to DIR/finetune.params.details
 (experiments/confidence.py --summarise reads them).
 """
 
@@ -68,7 +70,9 @@ def study(args, recipe):
     common.update(device="cpu", tensorboard_root=str(out / "expt"))
     start = time.monotonic()
     pretrained = str(out / "pretrain.params")
-    pipeline.pretrain(RunConfig("pretrain", writing_params_path=pretrained, mix_corpus_path=seen_path, **common))
+    mixed = seen_path if any("pairs" in stage.data for stage in recipe.stages()) else None
+    pipeline.pretrain(RunConfig("pretrain", writing_params_path=pretrained, mix_corpus_path=mixed, **common))
+    pretrain_seconds = time.monotonic() - start
     setup = pipeline.build(*pipeline.resolved(RunConfig("evaluate", reading_params_path=pretrained, **common)))
     recalls = {name: recall(setup.model, setup.corpus, scored, "cpu", PROBES[name]) for name in ("biography", "name")}
 
@@ -87,6 +91,7 @@ def study(args, recipe):
                 eval_corpus_path=scored_path,
                 outputs_path=params + ".predictions",
                 details_path=params + ".details",
+                finetune_corpus_path=seen_path,  # where the frames readout mines its frames
                 **common,
             )  # fmt: skip
         )
@@ -95,7 +100,9 @@ def study(args, recipe):
     frequent = most_frequent_place(seen_path)
     scratch = answered(str(out / "scratch.params")) if args.scratch else None
     before_finetuning = answered(pretrained, finetune=False)  # mixed pairs can teach the questions already
-    with_pretraining = answered(str(out / "finetune.params"), reading_params_path=pretrained)
+    with_pretraining = None  # the frames readout is zero-shot: finetuning on the question unlearns it
+    if recipe.readout == "question":
+        with_pretraining = answered(str(out / "finetune.params"), reading_params_path=pretrained)
     changed = {
         f.name: getattr(recipe, f.name)
         for f in dataclasses.fields(recipe)
@@ -116,6 +123,7 @@ def study(args, recipe):
         pretrain_finetune=with_pretraining,
         finetune_only=scratch,
         most_frequent=sum(place == frequent for _, place in scored),
+        pretrain_seconds=round(pretrain_seconds, 1),
         seconds=round(time.monotonic() - start, 1),
     )
     print(json.dumps(row), flush=True)

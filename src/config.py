@@ -270,7 +270,8 @@ RECIPES = {
     ),
     # The demo world's (run.sh demo, docs/demo.md; with the rope variant): a 4-layer model
     # pretrained on the biographies with the training people's questions mixed in
-    # (--mix_corpus_path), finetuned gently on those questions.
+    # (--mix_corpus_path), asked in the biographies' words (frames mined from the training
+    # people's); with --readout question, finetuned gently on the training questions.
     "demo": dataclasses.replace(
         HANDOUT,
         n_head=4,
@@ -282,6 +283,7 @@ RECIPES = {
         finetune_batch_size=32,
         finetune_lr=3e-5,
         finetune_lr_from_scratch=1e-3,
+        readout="frames",
     ),
 }
 DEMO_VARIANT = "rope"

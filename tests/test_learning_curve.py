@@ -107,6 +107,7 @@ def test_demo_study_takes_recipe_flags_and_names_what_differs_from_the_demo(tmp_
     argv = ["--split", "tune", "--world", "--n_train 30 --n_dev 20 --bios_per_person 3", "--out", str(tmp_path)]
     flags = ["--pretrain_epochs", "2", "--n_layer", "2", "--n_embd", "32", "--finetune_lora_rank", "2"]
     flags += ["--pretrain_stages", "corpus+pairs pair_copies=2", "--finetune_epochs_from_pretrained", "2"]
+    flags += ["--readout", "question"]  # the demo's frames are zero-shot: the question finetunes the pretrained params
     assert demo_study.main([*argv, *flags]) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["recipe"] == {
@@ -116,6 +117,7 @@ def test_demo_study_takes_recipe_flags_and_names_what_differs_from_the_demo(tmp_
         "pretrain_stages": "corpus+pairs pair_copies=2",
         "finetune_epochs_from_pretrained": 2,
         "finetune_lora_rank": 2,
+        "readout": "question",
     }
     assert row["scored"] == 6 and row["finetune_only"] is None  # the last fifth of 30 training people
     for probe in ("recalled", "name_recalled"):
