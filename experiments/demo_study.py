@@ -77,13 +77,18 @@ def study(args, recipe):
     recalls = {name: recall(setup.model, setup.corpus, scored, "cpu", PROBES[name]) for name in ("biography", "name")}
 
     def answered(params, finetune=True, **finetuning):
-        """The scored people answered by params, after finetuning them there first (finetune=True)."""
+        """
+        The scored people answered by params: pretrained ones by the recipe's readout; with
+        finetune=True, finetuned there first and asked the question they were finetuned on.
+        """
+        reading = common
         if finetune:
             pipeline.finetune(
                 RunConfig(
                     "finetune", writing_params_path=params, finetune_corpus_path=seen_path, **finetuning, **common
                 )
             )
+            reading = {**common, "recipe": dataclasses.replace(recipe, readout="question")}
         evaluation = pipeline.evaluate(
             RunConfig(
                 "evaluate",
@@ -92,7 +97,7 @@ def study(args, recipe):
                 outputs_path=params + ".predictions",
                 details_path=params + ".details",
                 finetune_corpus_path=seen_path,  # where the frames readout mines its frames
-                **common,
+                **reading,
             )  # fmt: skip
         )
         return evaluation.correct
