@@ -37,24 +37,24 @@ percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
   echo "${1##*: }"
 }
 
-readout_of() {  # readout_of RUN.PY-FLAGS...: the recipe's readout as run.py reads the flags: "question"
-  # finetunes pretrained models on the handout's question; "frames" asks them in the corpus's own
-  # words, zero-shot (docs/readout.md)
+recipe_value() {  # recipe_value EXPRESSION RUN.PY-FLAGS...: a Python expression of the `recipe` run.py makes of the flags
   "$PY" -c 'import sys; sys.path.insert(0, "src"); from arguments import build_parser, parse
-print(parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[1:]], build_parser())[0].recipe.readout)' "$@"
+recipe = parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[2:]], build_parser())[0].recipe
+print(eval(sys.argv[1]))' "$@"
 }
 
 # The demo: src/world.py writes the assignment's four files for generated people into
-# DEMO_DIR/world. A model is pretrained on their biographies with the training people's
-# questions mixed in (never the dev people's), all with the demo recipe (src/config.py:
-# RECIPES["demo"], DEMO_VARIANT). Its readout asks the pretrained model the dev people's
-# questions in the words of the biographies, with frames mined from the training people's
-# (--readout frames), against the handout's question asked of the same params, finetuning
-# without pretraining and the most frequent training birthplace (docs/demo.md). With
-# --readout question in DEMO_FLAGS, the pretrained model is finetuned gently on the training
-# questions and asked the question instead. DEMO_SEED seeds the world and the training;
-# DEMO_WORLD (world.py's flags) and DEMO_FLAGS (run.py flags for the demo's trainings and
-# evaluations, e.g. --pretrain_epochs 60) shrink it (the tests run a small one).
+# DEMO_DIR/world. A model is pretrained on their biographies with the demo recipe
+# (src/config.py: RECIPES["demo"], DEMO_VARIANT), then asked the dev people's questions in
+# the biographies' own words, with frames mined from the training people's (--readout
+# frames), against the handout's question asked of the same params, finetuning without
+# pretraining and the most frequent training birthplace (docs/demo.md). The dev people's
+# questions are never trained on. With --readout question in DEMO_FLAGS, the pretrained
+# model is finetuned gently on the training people's questions and asked the question
+# instead (and with --pretrain_stages corpus+pairs, pretrained with those questions mixed
+# in). DEMO_SEED seeds the world and the training; DEMO_WORLD (world.py's flags) and
+# DEMO_FLAGS (run.py flags for the demo's trainings and evaluations, e.g. --pretrain_epochs
+# 60) shrink it (the tests run a small one).
 DEMO_DIR=${DEMO_DIR:-demo}
 DEMO_SEED=${DEMO_SEED:-0}
 
@@ -67,13 +67,19 @@ demo() {
   local flags=()
   read -r -a flags <<< "${DEMO_FLAGS:-}"
   local demo=(--recipe demo --seed "$DEMO_SEED" ${flags[@]+"${flags[@]}"})
-  readout=$(readout_of "${demo[@]}")
+  local mixes
+  read -r readout mixes <<< "$(recipe_value 'f"{recipe.readout} {any("pairs" in s.data for s in recipe.stages())}"' \
+    "${demo[@]}")"
   local train=(--finetune_corpus_path "$w/birth_places_train.tsv")  # the frames readout mines them too
+  local mix=() pretraining="pretraining on the biographies"
+  if [[ $mixes == True ]]; then
+    mix=(--mix_corpus_path "$w/birth_places_train.tsv")
+    pretraining+=", the training people's questions mixed in"
+  fi
   mkdir -p "$dir"
   step "demo world" run_echoed "$PY" src/world.py "$w" "${world[@]}" --seed "$DEMO_SEED" >&2
-  step "pretraining on the biographies, the training people's questions mixed in" run_echoed "$PY" src/run.py \
-    pretrain "$variant" "$w/wiki.txt" "${demo[@]}" \
-    --mix_corpus_path "$w/birth_places_train.tsv" --writing_params_path "$dir/pretrain.params"
+  step "$pretraining" run_echoed "$PY" src/run.py pretrain "$variant" "$w/wiki.txt" "${demo[@]}" \
+    ${mix[@]+"${mix[@]}"} --writing_params_path "$dir/pretrain.params"
   local recall before pretrained scratch baseline label
   recall=$(step "pretrained model: dev birthplaces recalled from the biographies" run_echoed "$PY" src/recall.py \
     "$variant" "$w/wiki.txt" --reading_params_path "$dir/pretrain.params" --eval_corpus_path "$w/birth_dev.tsv")
@@ -157,7 +163,9 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
   echo "run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)" >&2
   OVERRIDES=(--recipe cpu ${OVERRIDES[@]+"${OVERRIDES[@]}"})  # first, so that a --recipe among the overrides wins
 fi
-READOUT=$(readout_of ${OVERRIDES[@]+"${OVERRIDES[@]}"})
+# The recipe's readout: "question" finetunes the pretrained models on the handout's question;
+# "frames" asks them in the corpus's own words, zero-shot (docs/readout.md).
+READOUT=$(recipe_value recipe.readout ${OVERRIDES[@]+"${OVERRIDES[@]}"})
 if [[ $READOUT == frames ]]; then
   echo "run.sh: --readout frames: the pretrained models are asked in the corpus's words, not finetuned (docs/readout.md)" >&2
 fi
