@@ -37,10 +37,12 @@ percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
   echo "${1##*: }"
 }
 
-recipe_value() {  # recipe_value EXPRESSION RUN.PY-FLAGS...: a Python expression of the `recipe` run.py makes of the flags
+recipe_value() {  # recipe_value EXPRESSION RUN.PY-FLAGS...: a Python expression of the `recipe` run.py makes
+  # of the flags (a tuple's items separated by spaces)
   "$PY" -c 'import sys; sys.path.insert(0, "src"); from arguments import build_parser, parse
 recipe = parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[2:]], build_parser())[0].recipe
-print(eval(sys.argv[1]))' "$@"
+value = eval(sys.argv[1])
+print(*value if isinstance(value, tuple) else [value])' "$@"
 }
 
 # The demo: src/world.py writes the assignment's four files for generated people into
@@ -68,8 +70,8 @@ demo() {
   read -r -a flags <<< "${DEMO_FLAGS:-}"
   local demo=(--recipe demo --seed "$DEMO_SEED" ${flags[@]+"${flags[@]}"})
   local mixes
-  read -r readout mixes <<< "$(recipe_value 'f"{recipe.readout} {any("pairs" in s.data for s in recipe.stages())}"' \
-    "${demo[@]}")"
+  mixes=$(recipe_value 'recipe.readout, any("pairs" in stage.data for stage in recipe.stages())' "${demo[@]}")
+  read -r readout mixes <<< "$mixes"
   local train=(--finetune_corpus_path "$w/birth_places_train.tsv")  # the frames readout mines them too
   local mix=() pretraining="pretraining on the biographies"
   if [[ $mixes == True ]]; then
