@@ -684,23 +684,24 @@ def test_run_sh_refuses_a_bad_jobs_count_or_variant():
         assert done.returncode == 2 and done.stderr.strip() == said, done.stderr
 
 
-# ./run.sh demo made small: 26 people, the demo's model with two blocks, 100 epochs decayed over them
-# (at 60 it recalled 2 of 16 with two threads, at 80 9 with one and two)
+# ./run.sh demo made small: 27 people, the demo's model with two blocks, 150 epochs decayed over them
+# (at 100 it recalled 7 of 16 with one and two threads, at 150 11 and 12)
 REDUCED_DEMO = dict(
     DEMO_WORLD="--n_train 10 --n_dev 16 --n_test 1 --n_places 10 --bios_per_person 3 --shuffle_sentences --full_names",
-    DEMO_FLAGS="--n_layer 2 --pretrain_epochs 100 --decay_epochs 100",
+    DEMO_FLAGS="--n_layer 2 --pretrain_epochs 150 --decay_epochs 150",
 )
 
 
 @pytest.mark.slow
 def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tmp_path):
     """
-    ./run.sh demo at a reduced size (about 50 seconds on two cores). Its margins are what a
+    ./run.sh demo at a reduced size (about a minute on two cores). Its margins are what a
     broken pipeline cannot reach: the pretrained model recalls most held-out birthplaces from
-    their biographies; asked in the corpus's words, nearly every dev answer is a place of the
-    world (params that fail to load or a vocabulary that disagrees write fragments); the
-    printed accuracies, of the handout's question too, are those of the predictions files and
-    stay below 100% (an evaluation that read the answers would not).
+    their biographies; asked in the corpus's words, it answers at least half the dev people
+    and nearly every answer is a place of the world (params that fail to load or a vocabulary
+    that disagrees write fragments); the printed accuracies are those of the predictions
+    files, and the handout's question and finetuning alone stay below half (an evaluation
+    that read the answers would not).
     """
     shutil.copy(ROOT / "run.sh", tmp_path)  # run.sh works in its own folder: the demo's files stay out of the checkout
     (tmp_path / "src").symlink_to(ROOT / "src")  # src/ alone: the demo needs nothing of experiments/
@@ -715,7 +716,7 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
     assert result, done.stdout
     assert "finetuning the pretrained model" not in done.stderr  # the frames readout is zero-shot
     recalled, probed = map(int, re.search(r"biographies: (\d+) of (\d+) birthplaces recalled", done.stdout).groups())
-    assert recalled >= 0.4 * probed and probed >= 15  # 10 of 16 measured with two threads
+    assert recalled >= 0.4 * probed and probed >= 15  # 11 and 12 of 16 measured with one and two threads
 
     demo = tmp_path / "demo"
     world = demo / "world"
@@ -729,9 +730,9 @@ def test_run_sh_demo_shows_memorised_facts_answered_through_the_real_pipeline(tm
         assert len(answers) == len(dev) == 16
         assert float(printed) == pytest.approx(100 * sum(a == p for a, (_, p) in zip(answers, dev)) / len(dev))
     pretrained_answers = (demo / "pretrained.dev.predictions").read_text(encoding="utf-8").splitlines()
-    # MEASURE measured with two threads; fragments for the finetuning from scratch
+    # 14 of 16 measured with one and two threads, and 14 right; the question 0, finetuning alone 2
     assert sum(answer in places for answer in pretrained_answers) >= 10, pretrained_answers
-    assert float(result[1]) < 100
+    assert float(result[1]) >= 50 and float(question[3]) < 50 and float(result[2]) < 50
 
 
 def test_run_sh_demo_takes_no_arguments():
