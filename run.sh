@@ -70,7 +70,7 @@ demo() {
   read -r -a flags <<< "${DEMO_FLAGS:-}"
   local demo=(--recipe demo --seed "$DEMO_SEED" ${flags[@]+"${flags[@]}"})
   local fields mixes  # the recipe's readout, and whether a pretraining stage trains on the pairs ("True")
-  fields=$(recipe_value 'recipe.readout, any("pairs" in stage.data for stage in recipe.stages())' "${demo[@]}")
+  fields=$(recipe_value 'recipe.readout, recipe.trains_on_pairs()' "${demo[@]}")
   read -r readout mixes <<< "$fields"
   local train=(--finetune_corpus_path "$w/birth_places_train.tsv")  # the frames readout mines them too
   local mix=() pretraining="pretraining on the biographies"

@@ -70,7 +70,7 @@ def study(args, recipe):
     common.update(device="cpu", tensorboard_root=str(out / "expt"))
     start = time.monotonic()
     pretrained = str(out / "pretrain.params")
-    mixed = seen_path if any("pairs" in stage.data for stage in recipe.stages()) else None
+    mixed = seen_path if recipe.trains_on_pairs() else None
     pipeline.pretrain(RunConfig("pretrain", writing_params_path=pretrained, mix_corpus_path=mixed, **common))
     pretrain_seconds = time.monotonic() - start
     setup = pipeline.build(*pipeline.resolved(RunConfig("evaluate", reading_params_path=pretrained, **common)))

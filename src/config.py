@@ -50,6 +50,11 @@ class Stage:
         given = [f"{f.name}={getattr(self, f.name)}" for f in fields if getattr(self, f.name) != f.default]
         return " ".join([self.data, *given])
 
+    @property
+    def uses_pairs(self):
+        """Whether it trains on --mix_corpus_path's question<TAB>place pairs."""
+        return "pairs" in self.data
+
     @classmethod
     def parse(cls, text):
         """A Stage from its text: the data, then NAME=VALUE for the fields it sets."""
@@ -179,6 +184,10 @@ class Recipe:
             dataclasses.replace(stage, **{k: v for k, v in own.items() if getattr(stage, k) is None})
             for stage in self.pretrain_stages
         ]
+
+    def trains_on_pairs(self):
+        """Whether a pretraining stage reads the pairs: those of --mix_corpus_path, where it is given."""
+        return any(stage.uses_pairs for stage in self.pretrain_stages)
 
     def training_settings(self):
         """{field: value} of the fields training reads (a checkpoint's identity), the stages as text."""

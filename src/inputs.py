@@ -108,13 +108,12 @@ def check_config(cfg):
 
 def check_stages(cfg):
     """Every stage has its data: the pairs need --mix_corpus_path; corrupt_by_epoch draws span corruptions only."""
-    stages = cfg.recipe.stages()
-    if cfg.mix_corpus_path and not any("pairs" in stage.data for stage in stages):
+    if cfg.mix_corpus_path and not cfg.recipe.trains_on_pairs():
         raise RunError("--mix_corpus_path: no pretraining stage trains on the pairs (see --pretrain_stages)")
-    for number, stage in enumerate(stages, 1):
+    for number, stage in enumerate(cfg.recipe.pretrain_stages, 1):
         if stage.data == "pairs" and not cfg.mix_corpus_path:
             raise RunError(f"pretraining stage {number} trains on the pairs alone: give --mix_corpus_path")
-        if cfg.recipe.corrupt_by_epoch and cfg.mix_corpus_path and "pairs" in stage.data:
+        if cfg.recipe.corrupt_by_epoch and cfg.mix_corpus_path and stage.uses_pairs:
             raise RunError("corrupt_by_epoch draws span corruptions only: it cannot be combined with mixed pairs")
 
 

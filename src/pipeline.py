@@ -256,7 +256,7 @@ def stage_data(cfg, corpus, stage, hooks):
         corpus = corpus.with_documents(kept, corpus.max_shift)
     if "corpus" in stage.data:
         parts.append(viewed(corpus, stage.full_names, cfg.recipe.clause_dropout))
-    if "pairs" in stage.data and cfg.mix_corpus_path:
+    if stage.uses_pairs and cfg.mix_corpus_path:
         parts += [load_pairs(corpus, cfg.mix_corpus_path, "mixed corpus")] * stage.pair_copies
     return (parts[0] if len(parts) == 1 else ConcatDataset(parts)), hooks
 

@@ -490,6 +490,11 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
             ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus; pairs"],
             "pretraining stage 2 trains on the pairs alone: give --mix_corpus_path",
         ),
+        (
+            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus"]
+            + ["--mix_corpus_path", "WIKI"],
+            "--mix_corpus_path: no pretraining stage trains on the pairs (see --pretrain_stages)",
+        ),
     ],
 )
 def test_command_line_mistakes_are_one_line(args, message, tiny_world, capsys):
