@@ -278,9 +278,9 @@ RECIPES = {
         readout="frames",
     ),
     # The demo world's (run.sh demo, docs/demo.md; with the rope variant): a 4-layer model
-    # pretrained on the biographies alone, 90 epochs at batch 8 in length-grouped batches (at 75,
-    # one seed of five answered under half of its dev),
-    # then asked in the biographies' words (frames mined from the training people's), zero-shot.
+    # pretrained on the biographies alone, 90 epochs at batch 8 in length-grouped batches
+    # (at 75, one seed of five answered under half of its dev), then asked in the biographies'
+    # words (frames mined from the training people's), zero-shot.
     # The finetuning settings are those of the control without pretraining and, with
     # --readout question, a gentle finetuning of the pretrained model on the training questions.
     "demo": dataclasses.replace(
