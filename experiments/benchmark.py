@@ -200,7 +200,10 @@ def timed_training(function, variant, model, dataset, schedule_examples, recipe,
 
 
 def profile_steps(variant, files, args):
-    """torch.profiler's table of args.profile_steps pretraining steps of the fast way, after five unprofiled ones."""
+    """
+    The time to draw a pretraining epoch's batches (the workers started), the time of
+    args.profile_steps steps on batches in memory, then torch.profiler's table of as many.
+    """
     pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
     set_seed(0)
     model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
@@ -210,17 +213,31 @@ def profile_steps(variant, files, args):
     )
     trainer = Trainer(model, pretrain, None, trainer_config(cfg, torch.device(args.device), **settings,
                                                             final_tokens=1, pretraining=True))  # fmt: skip
-    batches = itertools.cycle(list(trainer.batches.epoch(0)))
+    list(trainer.batches.epoch(0))  # the workers started
+    start = time.perf_counter()
+    epoch = list(trainer.batches.epoch(1))
+    drawn = time.perf_counter() - start
+    batches = itertools.cycle(epoch)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(args.device).type == "cuda" else [])
     for _ in range(5):
         trainer.train_step(*next(batches))
     sync(args.device)
+    start = time.perf_counter()
+    for _ in range(args.profile_steps):
+        trainer.train_step(*next(batches))
+    sync(args.device)
+    stepped = time.perf_counter() - start
     with profile(activities=activities) as profiler:
         for _ in range(args.profile_steps):
             trainer.train_step(*next(batches))
         sync(args.device)
     sort = "cuda_time_total" if ProfilerActivity.CUDA in activities else "cpu_time_total"
-    return profiler.key_averages().table(sort_by=sort, row_limit=25)
+    return (
+        f"drawing an epoch's {len(epoch)} batches: {drawn * 1000 / len(epoch):.2f} ms a batch\n"
+        f"{args.profile_steps} steps on batches in memory, unprofiled: {stepped * 1000 / args.profile_steps:.2f} ms "
+        f"a step ({args.profile_steps / stepped:.1f} steps/s)\n"
+        + profiler.key_averages().table(sort_by=sort, row_limit=25)
+    )
 
 
 def training_flops_per_row(model):

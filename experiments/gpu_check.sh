@@ -6,13 +6,14 @@
 #
 # The parts run one after another, alone on the machine, in this order (PARTS picks them); a
 # part that the deadline leaves no time for is skipped, the table takes whatever time is left:
-#   suite    the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it ends)
-#   profile  torch.profiler's table of 50 steps of vanilla's handout pretraining
-#   pace     the benchmark's rows of the handout pretraining for the four variants in fp32,
-#            then vanilla's with --precision bf16 and with --compile
-#   demo     ./run.sh demo
-#   table    ./run.sh --jobs 5, the handout table, cut at the deadline: each row's loss at the
-#            epoch reached and its projected time, and the dev accuracy of the rows that finish
+#   profile   an epoch's batches drawn, 50 steps of vanilla's handout pretraining on batches in
+#             memory, then torch.profiler's table of 50 more
+#   suite     the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it ends)
+#   pace      the benchmark's rows of the handout pretraining for the four variants in fp32
+#   demo      ./run.sh demo
+#   switches  vanilla's rows with --corrupt_by_epoch, with --precision bf16, with --compile
+#   table     ./run.sh --jobs 5, the handout table, cut at the deadline: each row's loss at the
+#             epoch reached and its projected time, and the dev accuracy of the rows that finish
 # Each part has a time limit; OUT/summary.md gathers what each printed that matters, as it
 # goes, and is printed last; OUT/logs.tar holds every part's whole log.
 # Measured on one H100 (2026-11-26): the suite needs more than 130 s with 16 workers; the
@@ -24,7 +25,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-PARTS=${PARTS-suite profile pace demo table}
+PARTS=${PARTS-profile suite pace demo switches table}
 DEADLINE=${DEADLINE:-570}
 SUMMARY=$OUT/summary.md
 LOGS=$(mktemp -d)
@@ -79,39 +80,45 @@ note '```'
 } >> "$SUMMARY" 2>&1
 note '```'
 
+if [[ " $PARTS " == *" profile "* ]]; then
+  note; note "## torch.profiler, 50 steps of vanilla's handout pretraining"
+  timed profile_vanilla 50 "$PY" experiments/benchmark.py --variants vanilla --profile_steps 50
+  note '```'; grep -E '^(drawing|[0-9]+ steps)' "$LOGS/profile_vanilla.log" >> "$SUMMARY" 2> /dev/null
+  sed -n '/^---/,$p' "$LOGS/profile_vanilla.log" 2> /dev/null | head -24 >> "$SUMMARY"
+  grep -E '^Self (CPU|CUDA) time total' "$LOGS/profile_vanilla.log" >> "$SUMMARY" 2> /dev/null; note '```'
+fi
+
 if [[ " $PARTS " == *" suite "* ]]; then
   note; note "## The whole suite with CUDA visible"
-  timed suite 200 "$PY" -m pytest -v "${XDIST[@]}" tests -p no:cacheprovider
+  timed suite 170 "$PY" -m pytest -v "${XDIST[@]}" tests -p no:cacheprovider
   note '```'; grep -E '(FAILED|ERROR) tests/' "$LOGS/suite.log" 2> /dev/null | head -20 >> "$SUMMARY"
   note "$(tail -1 "$LOGS/suite.log" 2> /dev/null)"; note '```'
 fi
 
-if [[ " $PARTS " == *" profile "* ]]; then
-  note; note "## torch.profiler, 50 steps of vanilla's handout pretraining"
-  timed profile_vanilla 45 "$PY" experiments/benchmark.py --variants vanilla --profile_steps 50
-  note '```'; sed -n '/^---/,$p' "$LOGS/profile_vanilla.log" 2> /dev/null | head -24 >> "$SUMMARY"; note '```'
-fi
-
+common=(--sweep --epochs 2 --eval_questions 20)
 if [[ " $PARTS " == *" pace "* ]]; then
-  note; note "## The handout pretraining's pace (straightforward loop, then the fast way)"
-  common=(--sweep --epochs 2 --eval_questions 100)
+  note; note "## The handout pretraining's pace in fp32 (straightforward loop, then the fast way)"
   timed pace_fp32 150 "$PY" experiments/benchmark.py --variants vanilla perceiver synthesizer rope "${common[@]}"
   table_head; rows pace_fp32
-  for switch in "--precision bf16" "--compile"; do
+fi
+
+if [[ " $PARTS " == *" demo "* ]]; then
+  note; note "## ./run.sh demo on CUDA"
+  timed demo 110 env DEMO_DIR="$LOGS/demo" ./run.sh demo
+  note '```'; tail_lines demo 10; note '```'
+fi
+
+if [[ " $PARTS " == *" switches "* ]]; then
+  note; note "## Vanilla with each speed switch, beside the same straightforward loop"
+  for switch in "--corrupt_by_epoch" "--precision bf16" "--compile"; do
     name=pace_vanilla_${switch//[^a-z0-9]/_}
     read -r -a flags <<< "$switch"
-    timed "$name" "$( [[ $switch == --compile ]] && echo 90 || echo 45 )" \
+    timed "$name" "$( [[ $switch == --compile ]] && echo 80 || echo 45 )" \
       "$PY" experiments/benchmark.py --variants vanilla "${common[@]}" "${flags[@]}"
     (( $? == 125 )) && continue  # not run
     note; note "the fast way with \`$switch\`:"
     table_head; rows "$name"
   done
-fi
-
-if [[ " $PARTS " == *" demo "* ]]; then
-  note; note "## ./run.sh demo on CUDA"
-  timed demo 150 env DEMO_DIR="$LOGS/demo" ./run.sh demo
-  note '```'; tail_lines demo 10; note '```'
 fi
 
 if [[ " $PARTS " == *" table "* ]]; then
