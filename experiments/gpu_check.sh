@@ -6,26 +6,29 @@
 #
 # The parts run one after another, alone on the machine, in this order (PARTS picks them); a
 # part that the deadline leaves no time for is skipped, the table takes whatever time is left:
-#   profile   an epoch's batches drawn, 50 steps of vanilla's handout pretraining on batches in
-#             memory, then torch.profiler's table of 50 more
-#   suite     the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it ends)
-#   pace      the benchmark's rows of the handout pretraining for the four variants in fp32
+#   suite     the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it
+#             ends; the 25 slowest listed)
+#   profile   vanilla's handout pretraining, batches cut (the default) and at full width: an epoch's
+#             batches drawn, 50 steps on batches in memory timed, then torch.profiler's table of 50 more
+#   pace      the benchmark's rows of the handout pretraining for the four variants in fp32 (the
+#             fastest of 4 epochs each way)
+#   switches  vanilla's rows with --precision tf32, with --precision bf16, with --compile
 #   demo      ./run.sh demo
-#   switches  vanilla's rows with --corrupt_by_epoch, with --precision bf16, with --compile
 #   table     ./run.sh --jobs 5, the handout table, cut at the deadline: each row's loss at the
 #             epoch reached and its projected time, and the dev accuracy of the rows that finish
 # Each part has a time limit; OUT/summary.md gathers what each printed that matters, as it
 # goes, and is printed last; OUT/logs.tar holds every part's whole log.
-# Measured on one H100 (2026-11-26): the suite needs more than 130 s with 16 workers; the
-# benchmark about 60 s a variant; the demo more than 75 s; 5 trainings side by side ran
-# 14-24 steps/s each.
+# Measured on one H100 (2026-11-26 and 27): the suite with 16 workers needs more than 285 s
+# (16 workers on 2 cores: 270 s); the benchmark about 60 s a variant; the demo more than 75 s;
+# 5 trainings side by side ran 14-24 steps/s each. A loan of 15 minutes fits two calls: the
+# default parts within DEADLINE=570, then PARTS="demo table" with what is left.
 set -uo pipefail
 OUT=${1:?usage: experiments/gpu_check.sh OUT}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-PARTS=${PARTS-profile suite pace demo switches table}
+PARTS=${PARTS-suite profile pace switches demo table}
 DEADLINE=${DEADLINE:-570}
 SUMMARY=$OUT/summary.md
 LOGS=$(mktemp -d)
@@ -80,45 +83,49 @@ note '```'
 } >> "$SUMMARY" 2>&1
 note '```'
 
-if [[ " $PARTS " == *" profile "* ]]; then
-  note; note "## torch.profiler, 50 steps of vanilla's handout pretraining"
-  timed profile_vanilla 50 "$PY" experiments/benchmark.py --variants vanilla --profile_steps 50
-  note '```'; grep -E '^(drawing|[0-9]+ steps)' "$LOGS/profile_vanilla.log" >> "$SUMMARY" 2> /dev/null
-  sed -n '/^---/,$p' "$LOGS/profile_vanilla.log" 2> /dev/null | head -24 >> "$SUMMARY"
-  grep -E '^Self (CPU|CUDA) time total' "$LOGS/profile_vanilla.log" >> "$SUMMARY" 2> /dev/null; note '```'
-fi
-
 if [[ " $PARTS " == *" suite "* ]]; then
   note; note "## The whole suite with CUDA visible"
-  timed suite 170 "$PY" -m pytest -v "${XDIST[@]}" tests -p no:cacheprovider
+  timed suite 300 "$PY" -m pytest -v --durations=25 "${XDIST[@]}" tests -p no:cacheprovider
   note '```'; grep -E '(FAILED|ERROR) tests/' "$LOGS/suite.log" 2> /dev/null | head -20 >> "$SUMMARY"
+  sed -n '/slowest 25 durations/,/^$/p' "$LOGS/suite.log" 2> /dev/null | head -27 >> "$SUMMARY"
   note "$(tail -1 "$LOGS/suite.log" 2> /dev/null)"; note '```'
 fi
 
-common=(--sweep --epochs 2 --eval_questions 20)
+if [[ " $PARTS " == *" profile "* ]]; then
+  for width in cut full; do
+    note; note "## vanilla's handout pretraining, batches $width: steps in memory, torch.profiler's table"
+    flags=(); [[ $width == full ]] && flags=(--full_padding)
+    timed "profile_$width" 50 "$PY" experiments/benchmark.py --variants vanilla --profile_steps 50 "${flags[@]}"
+    note '```'; grep -E '^(drawing|[0-9]+ steps)' "$LOGS/profile_$width.log" >> "$SUMMARY" 2> /dev/null
+    sed -n '/^---/,$p' "$LOGS/profile_$width.log" 2> /dev/null | head -24 >> "$SUMMARY"
+    grep -E '^Self (CPU|CUDA) time total' "$LOGS/profile_$width.log" >> "$SUMMARY" 2> /dev/null; note '```'
+  done
+fi
+
+common=(--sweep --epochs 4 --eval_questions 20)
 if [[ " $PARTS " == *" pace "* ]]; then
   note; note "## The handout pretraining's pace in fp32 (straightforward loop, then the fast way)"
-  timed pace_fp32 150 "$PY" experiments/benchmark.py --variants vanilla perceiver synthesizer rope "${common[@]}"
+  timed pace_fp32 200 "$PY" experiments/benchmark.py --variants vanilla perceiver synthesizer rope "${common[@]}"
   table_head; rows pace_fp32
+fi
+
+if [[ " $PARTS " == *" switches "* ]]; then
+  note; note "## Vanilla with each speed switch, beside the same straightforward loop"
+  for switch in "--precision tf32" "--precision bf16" "--compile"; do
+    name=pace_vanilla_${switch//[^a-z0-9]/_}
+    read -r -a flags <<< "$switch"
+    timed "$name" "$( [[ $switch == --compile ]] && echo 90 || echo 50 )" \
+      "$PY" experiments/benchmark.py --variants vanilla "${common[@]}" "${flags[@]}"
+    (( $? == 125 )) && continue  # not run
+    note; note "the fast way with \`$switch\`:"
+    table_head; rows "$name"
+  done
 fi
 
 if [[ " $PARTS " == *" demo "* ]]; then
   note; note "## ./run.sh demo on CUDA"
   timed demo 110 env DEMO_DIR="$LOGS/demo" ./run.sh demo
   note '```'; tail_lines demo 10; note '```'
-fi
-
-if [[ " $PARTS " == *" switches "* ]]; then
-  note; note "## Vanilla with each speed switch, beside the same straightforward loop"
-  for switch in "--corrupt_by_epoch" "--precision bf16" "--compile"; do
-    name=pace_vanilla_${switch//[^a-z0-9]/_}
-    read -r -a flags <<< "$switch"
-    timed "$name" "$( [[ $switch == --compile ]] && echo 80 || echo 45 )" \
-      "$PY" experiments/benchmark.py --variants vanilla "${common[@]}" "${flags[@]}"
-    (( $? == 125 )) && continue  # not run
-    note; note "the fast way with \`$switch\`:"
-    table_head; rows "$name"
-  done
 fi
 
 if [[ " $PARTS " == *" table "* ]]; then
