@@ -11,6 +11,12 @@ the training people (what `run.py evaluate --readout frames --readout_frames N` 
 the controls: the handout's question on the same params, the most frequent training place,
 and the people whose biography does not name their birthplace. --sizes N alone skips the
 choice.
+
+--first_chars K [K ...] adds, for the ensemble of the first size, candidates beyond the greedy
+path: where each writer's greedy continuation starts its place, its K-1 next likeliest
+characters, each continued greedily; all scored as the ensemble scores its candidates. It
+prints, on the last 400, the accuracy and the share of people whose place is among the
+candidates, for each K (1: the greedy path alone).
 """
 
 import collections
@@ -20,10 +26,12 @@ import time
 import src_path  # noqa: F401
 
 # isort: split
+import torch
+
 import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
-from decoding import predict_places
+from decoding import greedy_completions, predict_places
 from evaluation import held_out_pairs
 
 
@@ -43,6 +51,64 @@ def answers_of(written, scored, size):
         places = sorted({place for place in row[:size] if place})
         answers.append(frames.best_option(places, [score[place] for place in places])[0])
     return answers
+
+
+@torch.no_grad()
+def likeliest_next(model, corpus, prompts, k, device, batch_size=256):
+    """[the k likeliest next characters after each prompt], likeliest first."""
+    model.eval()
+    chars = []
+    for start in range(0, len(prompts), batch_size):
+        rows = [[corpus.stoi[c] for c in text] for text in prompts[start : start + batch_size]]
+        x = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+        for row, ids in enumerate(rows):
+            x[row, : len(ids)] = torch.tensor(ids)
+        logits, _ = model(x.to(device))
+        last = logits[torch.arange(len(rows)), torch.tensor([len(ids) - 1 for ids in rows])]
+        chars += [[corpus.itos[i] for i in top] for top in last.topk(k, dim=-1).indices.tolist()]
+    return chars
+
+
+def branched_places(model, corpus, ensemble, names, k, device):
+    """
+    [[places]] per name: each writer's greedy place, and the places of its k-1 other likeliest
+    characters where the greedy continuation starts the place (at its first written
+    character where it names none), each continued greedily.
+    """
+    prompts = [frames.prompt(frame, name) for name in names for frame in ensemble.writers]
+    written = greedy_completions(model, prompts, corpus.stoi, corpus.itos, device, frames.PLACE_STEPS)
+    heads = []
+    for prompt, text in zip(prompts, written):
+        place = frames.place_in(text, ensemble.skips)
+        at = text.find(place) if place else len(text) - len(text.lstrip(" "))
+        heads.append(prompt + text[:at])
+    others = [chars[1:] for chars in likeliest_next(model, corpus, heads, k, device)]
+    branches = [head + char for head, chars in zip(heads, others) for char in chars]
+    steps = [frames.PLACE_STEPS - (len(head) - len(prompt)) - 1 for prompt, head in zip(prompts, heads)]
+    continued = iter(greedy_completions(model, branches, corpus.stoi, corpus.itos, device, max(1, max(steps))))
+    per_prompt = [[frames.place_in(text, ensemble.skips)] for text in written]
+    for i, (prompt, head, chars) in enumerate(zip(prompts, heads, others)):
+        for char in chars:
+            per_prompt[i].append(frames.place_in(head[len(prompt) :] + char + next(continued), ensemble.skips))
+    size = len(ensemble.writers)
+    return [sum(per_prompt[i * size : (i + 1) * size], []) for i in range(len(names))]
+
+
+def first_chars_table(model, corpus, ensemble, pairs, ks, device):
+    """The ensemble on `pairs` with candidates from the K likeliest characters at the place's start, for each K."""
+    names = [frames.name_of(question) for question, _ in pairs]
+    print("\n| likeliest first characters | candidates a person | place among them | last 400 | CPU time |")
+    print("| --- | --- | --- | --- | --- |")
+    for k in ks:
+        started = time.process_time()
+        options = [sorted({p for p in row if p}) for row in branched_places(model, corpus, ensemble, names, k, device)]
+        totals = frames.option_scores(model, corpus, names, options, ensemble.scorers, ensemble.end, device)
+        answers = [frames.best_option(places, scores)[0] for places, scores in zip(options, totals)]
+        reach = sum(place in opts for opts, (_, place) in zip(options, pairs)) / len(pairs)
+        mean = sum(map(len, options)) / len(options)
+        seconds = time.process_time() - started
+        right = frames.accuracy(answers, pairs)
+        print(f"| {k} | {mean:.1f} | {reach:.1%} | {right:.1%} | {seconds:.0f} s |", flush=True)
 
 
 def controls(model, corpus, training, held_out, size, device):
@@ -76,6 +142,9 @@ def main(argv=None):
     parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv", help="the training pairs")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 3, 5, 8], help="how many frames write")
     parser.add_argument("--eval_corpus_path", help="score the chosen ensemble on these pairs, once")
+    parser.add_argument(
+        "--first_chars", type=int, nargs="+", help="candidates from the K likeliest characters at the place's start"
+    )
     args = parser.parse_args(argv)
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 
@@ -105,6 +174,9 @@ def main(argv=None):
             print(f"| {size} | {writers} | {figures[0]:.1%} | {figures[1]:.1%} |", flush=True)
             results.append((figures[1], size))
         print(f"\nCPU time: {time.process_time() - started:.0f} s")
+        if args.first_chars:
+            first = frames.Ensemble(largest.writers[: args.sizes[0]], largest.scorers, largest.skips)
+            first_chars_table(model, corpus, first, checking, args.first_chars, device)
         if args.eval_corpus_path:
             controls(model, corpus, pairs, held_out_pairs(args.eval_corpus_path), max(results)[1], device)
 
