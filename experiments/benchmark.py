@@ -17,10 +17,11 @@ and, on the CPU, passes of rows of similar length; questions decoded in batches 
 KV cache), and prints both figures and their ratio. run.py's recipe flags set the fast
 way's other settings, side by side with the same straightforward loop: e.g.
 --group_by_length, --precision bf16, --compile (the model stays the handout's: its
-sizes are not among them). --profile_steps N prints torch.profiler's table of N
-pretraining steps of the fast way instead. Both ways use the same model, batch sizes and
-optimizer (the fused AdamW on CUDA and the CPU). The answers of both decoders on the
-same model are compared and must be identical.
+sizes are not among them). --profile_steps N instead times drawing an epoch's batches
+and N pretraining steps of the fast way on batches in memory (after one pass over them,
+so that every batch width has been met), then prints torch.profiler's table of N more.
+Both ways use the same model, batch sizes and optimizer (the fused AdamW on CUDA and the
+CPU). The answers of both decoders on the same model are compared and must be identical.
 
 Then it sweeps the block size and prints the time and peak memory of one training
 step (forward, backward, AdamW) for each variant: the cost of vanilla and synthesizer
@@ -202,7 +203,8 @@ def timed_training(function, variant, model, dataset, schedule_examples, recipe,
 def profile_steps(variant, files, args):
     """
     The time to draw a pretraining epoch's batches (the workers started), the time of
-    args.profile_steps steps on batches in memory, then torch.profiler's table of as many.
+    args.profile_steps steps on batches in memory after one pass over them, then
+    torch.profiler's table of as many.
     """
     pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
     set_seed(0)
@@ -219,7 +221,7 @@ def profile_steps(variant, files, args):
     drawn = time.perf_counter() - start
     batches = itertools.cycle(epoch)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(args.device).type == "cuda" else [])
-    for _ in range(5):
+    for _ in range(len(epoch)):  # every batch (and width) once, unmeasured
         trainer.train_step(*next(batches))
     sync(args.device)
     start = time.perf_counter()
@@ -436,7 +438,9 @@ def main(argv=None):
     )
     parser.add_argument("--peak_tflops", type=float, help="the device's peak fp32 TFLOP/s, for the MFU row")
     parser.add_argument(
-        "--profile_steps", type=int, help="only torch.profiler's table of N pretraining steps of the first variant"
+        "--profile_steps",
+        type=int,
+        help="only the first variant's pretraining steps: N timed on batches in memory, then N profiled",
     )
     parser.add_argument(
         "--handout_pretraining",

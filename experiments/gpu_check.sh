@@ -18,10 +18,12 @@
 #             epoch reached and its projected time, and the dev accuracy of the rows that finish
 # Each part has a time limit; OUT/summary.md gathers what each printed that matters, as it
 # goes, and is printed last; OUT/logs.tar holds every part's whole log.
+# A part cut at its limit gets SIGTERM; the suite SIGINT, so that pytest still lists its slowest tests.
 # Measured on one H100 (2026-11-26 and 27): the suite with 16 workers needs more than 285 s
-# (16 workers on 2 cores: 270 s); the benchmark about 60 s a variant; the demo more than 75 s;
-# 5 trainings side by side ran 14-24 steps/s each. A loan of 15 minutes fits two calls: the
-# default parts within DEADLINE=570, then PARTS="demo table" with what is left.
+# (2 workers on 2 CPU cores: 270 s); the benchmark about 60 s a variant; the demo more than
+# 75 s; 5 trainings side by side ran 14-24 steps/s each. So a loan of 15 minutes takes two
+# calls: the default, which reaches suite, profile and pace within DEADLINE=570, then
+# PARTS="switches demo table" DEADLINE=(the seconds left, less a minute).
 set -uo pipefail
 OUT=${1:?usage: experiments/gpu_check.sh OUT}
 mkdir -p "$OUT"
@@ -42,7 +44,8 @@ keep() {  # keep FILE...: add them to OUT/logs.tar
   tar -rf "$OUT/logs.tar" -C "$LOGS" "$@" 2> /dev/null
 }
 
-timed() {  # timed NAME SECONDS COMMAND...: run it into its log, within SECONDS and the deadline; note how it ended
+timed() {  # [CUT_SIGNAL=INT] timed NAME SECONDS COMMAND...: run it into its log, within SECONDS and the deadline;
+  # note how it ended
   local name=$1 limit=$2 start=$SECONDS rc
   shift 2
   (( limit > DEADLINE - SECONDS - 5 )) && limit=$(( DEADLINE - SECONDS - 5 ))
@@ -50,7 +53,7 @@ timed() {  # timed NAME SECONDS COMMAND...: run it into its log, within SECONDS 
     note "- \`$name\`: not run, the deadline is near"
     return 125
   fi
-  timeout -k 10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  timeout -s "${CUT_SIGNAL:-TERM}" -k 10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
   rc=$?
   note "- \`$name\`: exit $rc$( ((rc == 124)) && echo " (cut at its ${limit} s)"), $((SECONDS - start)) s"
   keep "$name.log"
@@ -85,9 +88,9 @@ note '```'
 
 if [[ " $PARTS " == *" suite "* ]]; then
   note; note "## The whole suite with CUDA visible"
-  timed suite 300 "$PY" -m pytest -v --durations=25 "${XDIST[@]}" tests -p no:cacheprovider
+  CUT_SIGNAL=INT timed suite 300 "$PY" -m pytest -v --durations=25 "${XDIST[@]}" tests -p no:cacheprovider
   note '```'; grep -E '(FAILED|ERROR) tests/' "$LOGS/suite.log" 2> /dev/null | head -20 >> "$SUMMARY"
-  sed -n '/slowest 25 durations/,/^$/p' "$LOGS/suite.log" 2> /dev/null | head -27 >> "$SUMMARY"
+  sed -n '/slowest 25 durations/,/^=/p' "$LOGS/suite.log" 2> /dev/null | head -26 >> "$SUMMARY"
   note "$(tail -1 "$LOGS/suite.log" 2> /dev/null)"; note '```'
 fi
 
@@ -95,7 +98,7 @@ if [[ " $PARTS " == *" profile "* ]]; then
   for width in cut full; do
     note; note "## vanilla's handout pretraining, batches $width: steps in memory, torch.profiler's table"
     flags=(); [[ $width == full ]] && flags=(--full_padding)
-    timed "profile_$width" 50 "$PY" experiments/benchmark.py --variants vanilla --profile_steps 50 "${flags[@]}"
+    timed "profile_$width" 45 "$PY" experiments/benchmark.py --variants vanilla --profile_steps 50 "${flags[@]}"
     note '```'; grep -E '^(drawing|[0-9]+ steps)' "$LOGS/profile_$width.log" >> "$SUMMARY" 2> /dev/null
     sed -n '/^---/,$p' "$LOGS/profile_$width.log" 2> /dev/null | head -24 >> "$SUMMARY"
     grep -E '^Self (CPU|CUDA) time total' "$LOGS/profile_$width.log" >> "$SUMMARY" 2> /dev/null; note '```'
@@ -105,7 +108,7 @@ fi
 common=(--sweep --epochs 4 --eval_questions 20)
 if [[ " $PARTS " == *" pace "* ]]; then
   note; note "## The handout pretraining's pace in fp32 (straightforward loop, then the fast way)"
-  timed pace_fp32 200 "$PY" experiments/benchmark.py --variants vanilla perceiver synthesizer rope "${common[@]}"
+  timed pace_fp32 170 "$PY" experiments/benchmark.py --variants vanilla perceiver synthesizer rope "${common[@]}"
   table_head; rows pace_fp32
 fi
 

@@ -4,7 +4,8 @@ the first 1,600 people of birth_places_train.tsv and their zero-shot accuracy th
 ensembles of the best of them, fitted on those 1,600 and checked on the last 400.
 
     python experiments/readout.py vanilla wiki.txt --reading_params_path pretrain.params \\
-        [--finetune_corpus_path birth_places_train.tsv] [--sizes 1 2 3 5 8] [--eval_corpus_path birth_dev.tsv]
+        [--finetune_corpus_path birth_places_train.tsv] [--sizes 1 2 3 5 8] [--eval_corpus_path birth_dev.tsv] \\
+        [--first_chars 1 2 3 5]
 
 --eval_corpus_path scores, once, the ensemble of the size best on the last 400, fitted on all
 the training people (what `run.py evaluate --readout frames --readout_frames N` does), beside
@@ -56,6 +57,7 @@ def answers_of(written, scored, size):
 @torch.no_grad()
 def likeliest_next(model, corpus, prompts, k, device, batch_size=256):
     """[the k likeliest next characters after each prompt], likeliest first."""
+    was_training = model.training
     model.eval()
     chars = []
     for start in range(0, len(prompts), batch_size):
@@ -66,30 +68,36 @@ def likeliest_next(model, corpus, prompts, k, device, batch_size=256):
         logits, _ = model(x.to(device))
         last = logits[torch.arange(len(rows)), torch.tensor([len(ids) - 1 for ids in rows])]
         chars += [[corpus.itos[i] for i in top] for top in last.topk(k, dim=-1).indices.tolist()]
+    model.train(was_training)
     return chars
 
 
 def branched_places(model, corpus, ensemble, names, k, device):
     """
-    [[places]] per name: each writer's greedy place, and the places of its k-1 other likeliest
-    characters where the greedy continuation starts the place (at its first written
-    character where it names none), each continued greedily.
+    [[places]] per name: each writer's greedy place, and the places of the k-1 likeliest
+    other characters where its greedy continuation starts the place (at its first written
+    character where it names none), each continued greedily to PLACE_STEPS characters in all.
     """
     prompts = [frames.prompt(frame, name) for name in names for frame in ensemble.writers]
     written = greedy_completions(model, prompts, corpus.stoi, corpus.itos, device, frames.PLACE_STEPS)
-    heads = []
-    for prompt, text in zip(prompts, written):
+    starts = []
+    for text in written:
         place = frames.place_in(text, ensemble.skips)
-        at = text.find(place) if place else len(text) - len(text.lstrip(" "))
-        heads.append(prompt + text[:at])
-    others = [chars[1:] for chars in likeliest_next(model, corpus, heads, k, device)]
+        starts.append(text.find(place) if place else len(text) - len(text.lstrip(" ")))
+    heads = [prompt + text[:at] for prompt, text, at in zip(prompts, written, starts)]
+    likeliest = likeliest_next(model, corpus, heads, k, device)
+    others = [
+        [c for c in chars if c != text[at : at + 1]][: k - 1] for chars, text, at in zip(likeliest, written, starts)
+    ]
     branches = [head + char for head, chars in zip(heads, others) for char in chars]
-    steps = [frames.PLACE_STEPS - (len(head) - len(prompt)) - 1 for prompt, head in zip(prompts, heads)]
-    continued = iter(greedy_completions(model, branches, corpus.stoi, corpus.itos, device, max(1, max(steps))))
-    per_prompt = [[frames.place_in(text, ensemble.skips)] for text in written]
-    for i, (prompt, head, chars) in enumerate(zip(prompts, heads, others)):
+    continued = iter(greedy_completions(model, branches, corpus.stoi, corpus.itos, device, frames.PLACE_STEPS))
+    per_prompt = []
+    for text, at, chars in zip(written, starts, others):
+        places = [frames.place_in(text, ensemble.skips)]
         for char in chars:
-            per_prompt[i].append(frames.place_in(head[len(prompt) :] + char + next(continued), ensemble.skips))
+            branch = text[:at] + char + next(continued)[: max(0, frames.PLACE_STEPS - at - 1)]
+            places.append(frames.place_in(branch, ensemble.skips))
+        per_prompt.append(places)
     size = len(ensemble.writers)
     return [sum(per_prompt[i * size : (i + 1) * size], []) for i in range(len(names))]
 

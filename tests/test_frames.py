@@ -7,6 +7,7 @@ import torch
 
 import frames
 import pipeline
+import readout
 from config import RunConfig
 from conftest import SMALL, TINY, evaluate_args, one_line_error
 from conftest import run_main as main
@@ -116,6 +117,19 @@ def test_scores_in_padded_batches_equal_one_text_at_a_time():
     too_long = frames.text_logprobs(model, corpus, ["Ada Berg. " * 13], ["Oslo,"], "cpu")
     assert too_long == [-math.inf]  # a text beyond the block is not scored
 
+
+
+def test_branching_where_the_place_starts_keeps_each_greedy_place_first():
+    """experiments/readout.py --first_chars: K=1 is the greedy candidates; K=3 adds two branches after each."""
+    corpus = Vocabulary("".join(BIOGRAPHIES) + ",")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(len(corpus.stoi), 128, n_layer=2, n_head=2, n_embd=32)).eval()
+    ensemble = frames.Ensemble(("NAME. Born in ", "NAME. NAME was born in "), ("NAME. Born in ",))
+    names = ["Ada Berg", "Bruno Costa", "Elif Fischer"]
+    greedy = frames.candidates(model, corpus, names, ensemble.writers, ensemble.skips, "cpu")
+    assert readout.branched_places(model, corpus, ensemble, names, 1, "cpu") == greedy
+    branched = readout.branched_places(model, corpus, ensemble, names, 3, "cpu")
+    assert [len(row) for row in branched] == [6] * 3 and [row[::3] for row in branched] == greedy
 
 def test_evaluate_asks_in_the_frames_and_answers_each_name_as_if_asked_alone(tiny_world, tmp_path, capsys):
     """

@@ -132,11 +132,13 @@ def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_w
     deadline = time.monotonic() + 240
     while not ckpt.exists() and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.01)
-    alive = first.poll() is None
     first.send_signal(signal.SIGSTOP)  # alive, holding its lock, however slowly the second run starts
-    code, _, err = cli(*common)
-    first.kill()
-    first.wait()
+    alive = first.poll() is None
+    try:
+        code, _, err = cli(*common)
+    finally:
+        first.kill()
+        first.wait()
     assert alive, "the first run ended before its first checkpoint was seen"
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"is being written by another run (process {first.pid})" in err
