@@ -118,7 +118,6 @@ def test_scores_in_padded_batches_equal_one_text_at_a_time():
     assert too_long == [-math.inf]  # a text beyond the block is not scored
 
 
-
 def test_branching_where_the_place_starts_keeps_each_greedy_place_first():
     """experiments/readout.py --first_chars: K=1 is the greedy candidates; K=3 adds two branches after each."""
     corpus = Vocabulary("".join(BIOGRAPHIES) + ",")
@@ -130,6 +129,7 @@ def test_branching_where_the_place_starts_keeps_each_greedy_place_first():
     assert readout.branched_places(model, corpus, ensemble, names, 1, "cpu") == greedy
     branched = readout.branched_places(model, corpus, ensemble, names, 3, "cpu")
     assert [len(row) for row in branched] == [6] * 3 and [row[::3] for row in branched] == greedy
+
 
 def test_evaluate_asks_in_the_frames_and_answers_each_name_as_if_asked_alone(tiny_world, tmp_path, capsys):
     """
