@@ -416,6 +416,18 @@ def test_benchmark_compares_whole_processes(tiny_world, tmp_path):
         assert float(slow[:-1]) / float(fast[:-1]) == pytest.approx(float(ratio[:-1]), rel=0.1)
 
 
+def test_benchmark_profiles_pretraining_steps(tiny_world, tmp_path):
+    argv = ["--data", benchmark_data(tiny_world, tmp_path / "data"), "--profile_steps", 2, "--variants", "vanilla"]
+    script = str(ROOT / "experiments" / "benchmark.py")
+    done = run_process([sys.executable, script, *map(str, argv), "--device", "cpu"], timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # the tiny world's 24 biographies make one batch of the handout's 128
+    assert re.search(r"^drawing an epoch's 1 batches: [\d.]+ ms a batch$", done.stdout, re.M), done.stdout
+    stepped = r"^2 steps on batches in memory, unprofiled: [\d.]+ ms a step \([\d.]+ steps/s\)$"
+    assert re.search(stepped, done.stdout, re.M)
+    assert "aten::mm" in done.stdout and "Self CPU time total" in done.stdout
+
+
 def test_pretraining_settings_pass_through_finetune_and_evaluate(tiny_world, tmp_path):
     """run.sh gives its overrides to every command: a pretraining-only setting is ignored by the others."""
     wiki, params = tiny_world["wiki.txt"], tmp_path / "ft.params"
