@@ -368,13 +368,19 @@ def benchmark_data(tiny_world, folder):
     return folder
 
 
-def benchmark_rows(tiny_world, tmp_path, *flags):
-    """benchmark.py's vanilla rows on the tiny world, without the sweep: [(measure, straightforward, fast, ratio)]."""
-    argv = ["--data", benchmark_data(tiny_world, tmp_path / "data"), "--sweep", "--variants", "vanilla", *flags]
+def benchmark_output(tiny_world, tmp_path, *flags):
+    """What benchmark.py prints for vanilla on the tiny world, on the CPU, with these flags."""
+    argv = ["--data", benchmark_data(tiny_world, tmp_path / "data"), "--variants", "vanilla", *flags]
     script = str(ROOT / "experiments" / "benchmark.py")
     done = run_process([sys.executable, script, *map(str, argv), "--device", "cpu"], timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = [line.split("|")[2:-1] for line in done.stdout.splitlines() if line.startswith("| vanilla |")]
+    return done.stdout
+
+
+def benchmark_rows(tiny_world, tmp_path, *flags):
+    """benchmark.py's vanilla rows on the tiny world, without the sweep: [(measure, straightforward, fast, ratio)]."""
+    output = benchmark_output(tiny_world, tmp_path, "--sweep", *flags)
+    lines = [line.split("|")[2:-1] for line in output.splitlines() if line.startswith("| vanilla |")]
     return [tuple(cell.strip() for cell in cells) for cells in lines]
 
 
@@ -417,15 +423,12 @@ def test_benchmark_compares_whole_processes(tiny_world, tmp_path):
 
 
 def test_benchmark_profiles_pretraining_steps(tiny_world, tmp_path):
-    argv = ["--data", benchmark_data(tiny_world, tmp_path / "data"), "--profile_steps", 2, "--variants", "vanilla"]
-    script = str(ROOT / "experiments" / "benchmark.py")
-    done = run_process([sys.executable, script, *map(str, argv), "--device", "cpu"], timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    output = benchmark_output(tiny_world, tmp_path, "--profile_steps", 2)
     # the tiny world's 24 biographies make one batch of the handout's 128
-    assert re.search(r"^drawing an epoch's 1 batches: [\d.]+ ms a batch$", done.stdout, re.M), done.stdout
+    assert re.search(r"^drawing an epoch's 1 batches: [\d.]+ ms a batch$", output, re.M), output
     stepped = r"^2 steps on batches in memory, unprofiled: [\d.]+ ms a step \([\d.]+ steps/s\)$"
-    assert re.search(stepped, done.stdout, re.M)
-    assert "aten::mm" in done.stdout and "Self CPU time total" in done.stdout
+    assert re.search(stepped, output, re.M)
+    assert "aten::mm" in output and "Self CPU time total" in output
 
 
 def test_pretraining_settings_pass_through_finetune_and_evaluate(tiny_world, tmp_path):
