@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import statistics
-import sys
 
 import src_path  # noqa: F401
 
@@ -34,11 +33,11 @@ import src_path  # noqa: F401
 import pipeline
 from arguments import exit_status
 from config import RunConfig
-from dataset import question_place_pairs
 from decoding import recalled_places
+from distributed import exit_process
 from errors import RunError
 from files import atomic_write
-from inputs import read_pairs
+from inputs import answered_pairs
 from model import VARIANTS
 from utils import score_line
 
@@ -126,12 +125,12 @@ def recall_lines(cfg, questions_path, answers, pretrained_params):
     The printed comparison of the answers (decoding.Answer, in the file's order) for the
     people whose birthplace the pretrained params recall from their biography and the others.
     """
-    pairs = [(q, p) for _, q, p in read_pairs(questions_path, "questions", question_place_pairs)]
+    pairs = answered_pairs(questions_path, "questions")
     pretrained = RunConfig("evaluate", cfg.variant, cfg.pretrain_corpus_path, reading_params_path=pretrained_params,
                            device=cfg.device)  # fmt: skip
-    setup = pipeline.build(*pipeline.resolved(pretrained))
-    corpus, device = setup.corpus, pipeline.start_device(cfg)
-    known = recalled_places(setup.model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device)
+    setup, device = pipeline.load(pretrained)
+    corpus = setup.corpus
+    known = recalled_places(setup.model, corpus.data, pairs, corpus.stoi, corpus.itos, device)
     lines = ["the pretrained model, continuing the biography | people | right | median log-probability"]
     for label, value in (("recalls the birthplace", True), ("does not", False), ("cannot be asked", None)):
         chosen = [(answer, place) for answer, (_, place), k in zip(answers, pairs, known) if k is value]
@@ -234,4 +233,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

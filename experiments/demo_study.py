@@ -25,7 +25,6 @@ import argparse
 import dataclasses
 import json
 import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -36,13 +35,15 @@ import pipeline
 import world
 from arguments import add_recipe_flags, exit_status
 from config import DEMO_VARIANT, RECIPES, Recipe, RunConfig
-from dataset import question_place_pairs
-from evaluation import PROBES, recall
-from inputs import read_pairs
+from distributed import exit_process
+from errors import RunError
+from evaluation import PROBES, probed_recall
+from inputs import answered_pairs
 from london_baseline import most_frequent_place
 from model import VARIANTS
 
 DEMO = RECIPES["demo"]
+PROBED = ("biography", "name")  # the recall probes of every row
 
 
 def world_options(text):
@@ -57,14 +58,16 @@ def pairs_file(path, rows):
 
 def study(args, recipe):
     out = Path(args.out)
-    files = world.write_world(out / "world", seed=args.seed, **world_options(args.world))
-    read = lambda path: [(q, p) for _, q, p in read_pairs(path, "pairs", question_place_pairs)]  # noqa: E731
-    train = read(files["birth_places_train.tsv"])
+    try:
+        files = world.write_world(out / "world", seed=args.seed, **world_options(args.world))
+    except ValueError as e:  # the sizes make no world
+        raise RunError(f"--world {args.world!r}: {e}") from None
+    train = answered_pairs(files["birth_places_train.tsv"])
     if args.split == "tune":
         cut = len(train) - len(train) // 5
         seen, scored = train[:cut], train[cut:]
     else:
-        seen, scored = train, read(files["birth_dev.tsv"])
+        seen, scored = train, answered_pairs(files["birth_dev.tsv"])
     seen_path, scored_path = pairs_file(out / "seen.tsv", seen), pairs_file(out / "scored.tsv", scored)
     common = dict(variant=args.variant, pretrain_corpus_path=files["wiki.txt"], recipe=recipe, seed=args.seed)
     common.update(device="cpu", tensorboard_root=str(out / "expt"))
@@ -73,8 +76,8 @@ def study(args, recipe):
     mixed = seen_path if recipe.trains_on_pairs() else None
     pipeline.pretrain(RunConfig("pretrain", writing_params_path=pretrained, mix_corpus_path=mixed, **common))
     pretrain_seconds = time.monotonic() - start
-    setup = pipeline.build(*pipeline.resolved(RunConfig("evaluate", reading_params_path=pretrained, **common)))
-    recalls = {name: recall(setup.model, setup.corpus, scored, "cpu", PROBES[name]) for name in ("biography", "name")}
+    setup, device = pipeline.load(RunConfig("evaluate", reading_params_path=pretrained, **common))
+    recalls = {name: probed_recall(setup.model, setup.corpus, scored, device, PROBES[name]) for name in PROBED}
 
     def answered(params, finetune=True, **finetuning):
         """
@@ -152,4 +155,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

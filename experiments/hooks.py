@@ -12,10 +12,10 @@ import src_path  # noqa: F401
 # isort: split
 from tqdm.auto import tqdm
 
-from dataset import question_place_pairs
-from decoding import birthplace_recall, predict_places
-from inputs import encodable_questions, read_pairs
-from params import save_params_with_facts
+from decoding import predict_places
+from evaluation import probed_recall
+from inputs import answered_pairs, encodable_questions
+from params import save_params_with_metadata
 
 
 def recall_probe(pairs_path, every):
@@ -24,14 +24,14 @@ def recall_probe(pairs_path, every):
     the model completes from their biographies in the corpus, and how many of its questions
     it answers (on the bar's stream, and in TensorBoard as probe/recall and probe/accuracy).
     """
-    pairs = [(question, place) for _, question, place in read_pairs(pairs_path, "probe corpus", question_place_pairs)]
+    pairs = answered_pairs(pairs_path, "probe corpus")
     encoded = {}  # the questions over the corpus's vocabulary, encoded (and their dropped characters said) once
 
     def probe(end):
         if end.epoch % every:
             return
         corpus = end.corpus
-        recalled, probed = birthplace_recall(end.model, corpus.data, pairs, corpus.stoi, corpus.itos, end.device)
+        recalled, probed = probed_recall(end.model, corpus, pairs, end.device)
         if "questions" not in encoded:
             encoded["questions"] = encodable_questions(corpus, [question for question, _ in pairs], "probe questions")
         questions = encoded["questions"]
@@ -52,14 +52,14 @@ def recall_probe(pairs_path, every):
 
 def save_snapshots(every):
     """
-    Every `every` epochs, the params as <params>.epoch<E>, their facts holding the epochs
+    Every `every` epochs, the params as <params>.epoch<E>, their metadata holding the epochs
     (counted on over pretraining's stages) and the seconds spent training so far (for learning curves).
     """
 
     def snapshot(end):
         if end.epoch % every == 0:
-            facts = dict(end.facts, epochs=end.epoch, training_seconds=round(end.training_seconds, 1))
-            save_params_with_facts(end.model, f"{end.params_path}.epoch{end.epoch}", facts)
+            metadata = dict(end.metadata, epochs=end.epoch, training_seconds=round(end.training_seconds, 1))
+            save_params_with_metadata(end.model, f"{end.params_path}.epoch{end.epoch}", metadata)
 
     return snapshot
 

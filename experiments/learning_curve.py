@@ -28,10 +28,12 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import build_parser, exit_status, parse, positive_int
-from evaluation import PROBES, held_out_pairs
+from distributed import exit_process
+from evaluation import PROBES
 from files import atomic_write
 from hooks import save_snapshots, snapshots
-from params import read_facts
+from inputs import answered_pairs
+from params import read_metadata
 
 COLUMNS = ["epochs", "training_minutes", "recalled", "name_recalled", "question_recalled", "probed"]
 COLUMNS += ["answered", "questions"]
@@ -57,7 +59,7 @@ def accuracy(cfg, snapshot, epochs, out):
 
 def curve(cfg, every, out):
     """Pretrain with snapshots (unless done), score every snapshot, write <out>/curve.csv."""
-    held_out_pairs(cfg.eval_corpus_path)  # a bad file is said before pretraining
+    answered_pairs(cfg.eval_corpus_path)  # a bad file is said before pretraining
     Path(out).mkdir(parents=True, exist_ok=True)
     params = cfg.writing_params_path
     if os.path.exists(params):
@@ -71,7 +73,7 @@ def curve(cfg, every, out):
         recalls = {name: pipeline.recall(probed_cfg, prompt) for name, prompt in PROBES.items()}
         (recalled, probed), (by_name, _), (by_question, _) = recalls.values()
         answered, questions = accuracy(cfg, snapshot, epochs, out)
-        minutes = read_facts(snapshot)["training_seconds"] / 60
+        minutes = read_metadata(snapshot)["training_seconds"] / 60
         values = [epochs, round(minutes, 3), recalled, by_name, by_question, probed, answered, questions]
         rows.append(dict(zip(COLUMNS, values)))
         print(
@@ -100,4 +102,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

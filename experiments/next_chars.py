@@ -1,7 +1,7 @@
 """
 What the model would write next, and what else it considered: the greedy continuation of
 a prompt with, for every character it writes, the k likeliest characters and their
-probabilities (decoding.next_character_choices).
+probabilities (next_character_choices).
 
     python experiments/next_chars.py vanilla wiki.txt --reading_params_path finetune.params \\
         --question "Where was Ada Lovelace born?"
@@ -14,7 +14,7 @@ what a pretrained-only model has stored before any finetuning. The prompt's char
 outside the vocabulary are dropped (and said).
 """
 
-import sys
+import torch
 
 import src_path  # noqa: F401
 
@@ -22,9 +22,11 @@ import src_path  # noqa: F401
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from dataset import MASK_CHAR
-from decoding import next_character_choices
+from decoding import greedy_decode_cached
+from distributed import exit_process
 from errors import RunError
 from inputs import encodable_questions
+from utils import eval_mode
 
 
 def choice_lines(prompt, choices):
@@ -34,6 +36,29 @@ def choice_lines(prompt, choices):
         others = ", ".join(f"{alt!r} {p:.3f}" for alt, p in alternatives[1:])
         lines.append(f"{char!r} | {alternatives[0][1]:.3f} | {others}")
     return lines
+
+
+def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_char=None):
+    """
+    The greedy continuation of `prompt` with, at every character it writes, the k
+    likeliest characters and their probabilities: [(char, [(alternative, probability)])],
+    the chosen character first among its alternatives. It stops after stop_char, or
+    when the prompt and what it wrote fill the block (block_size characters).
+    """
+    context = model.get_block_size() - 1
+    if not prompt or len(prompt) > context:
+        raise ValueError(f"the prompt must have 1 to {context} characters, got {len(prompt)}")
+    with eval_mode(model):
+        x = torch.tensor([[stoi[c] for c in prompt]], dtype=torch.long, device=device)
+        k = min(k, len(itos))
+        stop_id = stoi[stop_char] if stop_char is not None else -1
+        decoded = greedy_decode_cached(model, x, min(steps, context - len(prompt) + 1), stop_id, top_k=k)
+    return [
+        (itos[chosen], [(itos[i], p) for i, p in zip(ids, probs)])
+        for chosen, ids, probs in zip(
+            decoded.ids[0].tolist(), decoded.top_ids[0].tolist(), decoded.top_probs[0].tolist()
+        )
+    ]
 
 
 def main(argv=None):
@@ -49,14 +74,13 @@ def main(argv=None):
     cfg = reading_config(args)
 
     def run():
-        setup = pipeline.build(*pipeline.resolved(cfg))
-        device = pipeline.start_device(cfg)
+        setup, device = pipeline.load(cfg)
         corpus = setup.corpus
         prompt = encodable_questions(corpus, [args.prompt or args.question], "prompt")[0]
         prompt += MASK_CHAR if args.question else ""
         try:
             choices = next_character_choices(
-                setup.model.to(device),
+                setup.model,
                 prompt,
                 corpus.stoi,
                 corpus.itos,
@@ -73,4 +97,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -13,6 +13,7 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import build_parser, exit_status, parse, positive_int
+from distributed import exit_process
 from hooks import recall_probe, save_snapshots
 
 
@@ -43,4 +44,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -21,7 +21,6 @@ candidates, for each K (1: the greedy path alone).
 """
 
 import collections
-import sys
 import time
 
 import src_path  # noqa: F401
@@ -33,7 +32,9 @@ import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from decoding import greedy_completions, predict_places
-from evaluation import held_out_pairs
+from distributed import exit_process
+from inputs import answered_pairs
+from utils import eval_mode
 
 
 def option_table(model, corpus, ensemble, pairs, device):
@@ -57,18 +58,16 @@ def answers_of(written, scored, size):
 @torch.no_grad()
 def likeliest_next(model, corpus, prompts, k, device, batch_size=256):
     """[the k likeliest next characters after each prompt], likeliest first."""
-    was_training = model.training
-    model.eval()
-    chars = []
-    for start in range(0, len(prompts), batch_size):
-        rows = [[corpus.stoi[c] for c in text] for text in prompts[start : start + batch_size]]
-        x = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
-        for row, ids in enumerate(rows):
-            x[row, : len(ids)] = torch.tensor(ids)
-        logits, _ = model(x.to(device))
-        last = logits[torch.arange(len(rows)), torch.tensor([len(ids) - 1 for ids in rows])]
-        chars += [[corpus.itos[i] for i in top] for top in last.topk(k, dim=-1).indices.tolist()]
-    model.train(was_training)
+    with eval_mode(model):
+        chars = []
+        for start in range(0, len(prompts), batch_size):
+            rows = [[corpus.stoi[c] for c in text] for text in prompts[start : start + batch_size]]
+            x = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+            for row, ids in enumerate(rows):
+                x[row, : len(ids)] = torch.tensor(ids)
+            logits, _ = model(x.to(device))
+            last = logits[torch.arange(len(rows)), torch.tensor([len(ids) - 1 for ids in rows])]
+            chars += [[corpus.itos[i] for i in top] for top in last.topk(k, dim=-1).indices.tolist()]
     return chars
 
 
@@ -126,7 +125,7 @@ def controls(model, corpus, training, held_out, size, device):
     training place; split by whether the person's biography names the place.
     """
     names = [frames.name_of(question) for question, _ in held_out]
-    ensemble = frames.chosen(model, corpus, training, size, device)
+    ensemble = frames.fitted_ensemble(model, corpus, training, size, device)
     readout = [answer for answer, _ in ensemble.answers(model, corpus, names, device)]
     asked = predict_places(model, [question for question, _ in held_out], corpus.stoi, corpus.itos, device)
     commonest = collections.Counter(place for _, place in training).most_common(1)[0][0]
@@ -157,10 +156,9 @@ def main(argv=None):
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 
     def run():
-        resolved, facts = pipeline.resolved(cfg)
-        setup, device = pipeline.build(resolved, facts), pipeline.start_device(resolved)
-        model, corpus = setup.model.to(device), setup.corpus
-        pairs = held_out_pairs(cfg.finetune_corpus_path)
+        setup, device = pipeline.load(cfg)
+        model, corpus = setup.model, setup.corpus
+        pairs = answered_pairs(cfg.finetune_corpus_path)
         fitting, checking = pairs[:1600], pairs[-400:]
         started = time.process_time()
         mined = frames.mine(corpus.data, fitting, frames.least_people(fitting))
@@ -173,7 +171,7 @@ def main(argv=None):
             frame, people = mined.frames[i]
             print(f"| `{frame}` | {people} | {'yes' if frame in mined.scorers else ''} | {alone[i]:.1%} |")
         print("\n| frames writing | chosen (in order) | first 1,600 | last 400 |\n| --- | --- | --- | --- |")
-        results, largest = [], frames.chosen(model, corpus, fitting, max(args.sizes), device)
+        results, largest = [], frames.fitted_ensemble(model, corpus, fitting, max(args.sizes), device)
         split = {"first 1,600": fitting, "last 400": checking}
         tables = {label: option_table(model, corpus, largest, pairs, device) for label, pairs in split.items()}
         for size in args.sizes:  # the writers are chosen one at a time: each size's are the first of the largest's
@@ -186,10 +184,10 @@ def main(argv=None):
             first = frames.Ensemble(largest.writers[: args.sizes[0]], largest.scorers, largest.skips)
             first_chars_table(model, corpus, first, checking, args.first_chars, device)
         if args.eval_corpus_path:
-            controls(model, corpus, pairs, held_out_pairs(args.eval_corpus_path), max(results)[1], device)
+            controls(model, corpus, pairs, answered_pairs(args.eval_corpus_path), max(results)[1], device)
 
     return exit_status("readout.py", run)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -16,7 +16,6 @@ comma after it), at both rates; and learning only where a place ends (the comma 
 
 import dataclasses
 import os
-import sys
 import tempfile
 import time
 
@@ -29,9 +28,10 @@ import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from config import RECIPES, RunConfig
-from dataset import PAD_CHAR
+from dataset import PAD_CHAR, known_characters
 from decoding import predict_places
-from evaluation import held_out_pairs
+from distributed import exit_process
+from inputs import answered_pairs
 
 # run name: (form of the finetuning examples, recipe settings); form None: no finetuning
 RUNS = {
@@ -57,7 +57,8 @@ class FramedPairs(torch.utils.data.Dataset):
         self.rows = []
         for question, place in pairs:
             for frame in scorers:
-                asked, answer = frames.prompt(frame, frames.name_of(question)), frames.known(place + end, corpus.stoi)
+                asked = frames.prompt(frame, frames.name_of(question))
+                answer = known_characters(place + end, corpus.stoi)[0]
                 if len(asked) + len(answer) > self.block_size:
                     continue
                 if form == "ends":  # the place becomes part of the prompt
@@ -89,8 +90,7 @@ def finetuned(cfg, form, settings, fitting_path, ensemble, folder):
             return FramedPairs(corpus, pairs, ensemble.scorers, ensemble.end, form)
 
         pipeline.finetune(run, examples=None if form == "question" else examples)
-    resolved, facts = pipeline.resolved(dataclasses.replace(cfg, reading_params_path=path))
-    return pipeline.build(resolved, facts).model.to(pipeline.start_device(resolved))
+    return pipeline.load(dataclasses.replace(cfg, reading_params_path=path))[0].model
 
 
 def main(argv=None):
@@ -104,11 +104,10 @@ def main(argv=None):
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 
     def run():
-        resolved, facts = pipeline.resolved(cfg)
-        setup, device = pipeline.build(resolved, facts), pipeline.start_device(resolved)
-        corpus, pairs = setup.corpus, held_out_pairs(cfg.finetune_corpus_path)
+        setup, device = pipeline.load(cfg)
+        corpus, pairs = setup.corpus, answered_pairs(cfg.finetune_corpus_path)
         fitting, checking = pairs[:1600], pairs[-400:]
-        ensemble = frames.chosen(setup.model.to(device), corpus, fitting, args.writers, device)
+        ensemble = frames.fitted_ensemble(setup.model, corpus, fitting, args.writers, device)
         print(f"writers: {', '.join(ensemble.writers)}\nscorers: {', '.join(ensemble.scorers)}\n")
         print("| run | frames readout, last 400 | the handout question, last 400 | CPU s |\n| --- | --- | --- | --- |")
         names, questions = [frames.name_of(q) for q, _ in checking], [q for q, _ in checking]
@@ -128,4 +127,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

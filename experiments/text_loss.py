@@ -12,14 +12,13 @@ part of wiki.txt out of pretraining and watch its loss every epoch, pretraining 
 recipe field held_out_fraction (run.py pretrain ... --held_out_fraction 0.05).
 """
 
-import sys
-
 import src_path  # noqa: F401
 
 # isort: split
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from dataset import corpus_lines
+from distributed import exit_process
 from errors import RunError
 from inputs import encodable_questions, read_text
 from perplexity import bits_per_character, corruption_loss
@@ -27,14 +26,13 @@ from perplexity import bits_per_character, corruption_loss
 
 def text_loss(cfg, text_path, seed=0):
     """(nats, targets, documents) of the text file's lines under cfg's params (reading_params_path), on cfg's device."""
-    setup = pipeline.build(*pipeline.resolved(cfg))
+    setup, device = pipeline.load(cfg)
     corpus = setup.corpus
     lines = encodable_questions(corpus, corpus_lines(read_text(text_path, "text")), "text")
     documents = corpus.with_documents(line for line in lines if line)
     if not len(documents):
         raise RunError(f"{text_path} has no characters of the vocabulary")
-    device = pipeline.start_device(cfg)
-    nats, targets = corruption_loss(setup.model.to(device), documents, device, seed)
+    nats, targets = corruption_loss(setup.model, documents, device, seed)
     return nats, targets, len(documents)
 
 
@@ -56,4 +54,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

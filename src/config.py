@@ -1,8 +1,7 @@
 """
-The settings of the experiment in one place: the block size, Recipe (every training
-setting, the handout's by default) and the named recipes, and RunConfig, what one
-pretrain, finetune or evaluate run is given (pipeline.py runs it). run.py's recipe flags,
-a checkpoint's identity and a params file's facts are all derived from Recipe's fields.
+The settings of the experiment in one place: the block size, Recipe (every training setting,
+the handout's by default) and the named recipes, and RunConfig, what one pretrain, finetune
+or evaluate run is given (pipeline.py runs it).
 """
 
 import dataclasses
@@ -80,7 +79,7 @@ def parse_stages(text):
 
 
 def size(default):
-    """A Recipe field that shapes the params: a params file's facts record it, and a run reading them takes it."""
+    """A Recipe field that shapes the params: a params file's metadata records it, and a run reading them takes it."""
     return dataclasses.field(default=default, metadata={"size": True})
 
 
@@ -102,12 +101,13 @@ def reading_only(default):
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """
-    Every training setting, with the handout's as defaults. run.py has a flag for each
-    field (--dropout 0; a yes/no one as --group_by_length or --no-group_by_length), and
-    code sets them with dataclasses.replace. A new setting is one line here.
+    Every training setting, with the handout's as defaults; code sets them with
+    dataclasses.replace. A new setting is one line here: run.py's flag (--dropout 0; a yes/no
+    one as --group_by_length or --no-group_by_length), the checkpoint's identity, the params'
+    metadata and the TrainerConfig (trainer.py) follow from the fields.
 
     The learning rate warms up over warmup_tokens, then follows the course's cosine
-    (floored at 10% of its peak, rising again after its half period; trainer.py) whose
+    (floored at 10% of its peak, rising again after its half period; schedule.py) whose
     half period is decay_epochs epochs of what the stage trains on (block_size tokens per
     example); finetuning counts epochs of the pretraining corpus, as the course does.
     """
@@ -199,7 +199,7 @@ class Recipe:
         return [part for part in self.finetune_frozen.split(",") if part]
 
     def sizes(self, variant):
-        """The model's sizes as a params file's facts record them (bottleneck_dim for the perceiver only)."""
+        """The model's sizes as a params file's metadata records them (bottleneck_dim for the perceiver only)."""
         sizes = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("size")}
         if variant != "perceiver":
             del sizes["bottleneck_dim"]
@@ -255,12 +255,10 @@ HANDOUT = Recipe()
 RECIPES = {
     "handout": HANDOUT,
     # A CPU schedule (docs/cpu-recipe.md): a narrower model, small grouped batches and no dropout,
-    # decayed over its 420 epochs (about an hour of pretraining on 2 cores), then 20 epochs of
-    # examples shifted by 0..13 pads at a tenth of the peak rate (about 4 minutes). Its readout
-    # asks the pretrained model in the corpus's own words, zero-shot (frames.py): 43.6% and 48.4%
-    # of dev for vanilla over two pretraining seeds (docs/readout.md). Finetuned on the handout's
-    # question instead (--readout question: lr 2e-4, GPT-1's auxiliary loss λ 0.5), the same
-    # pretrainings answer 20-21% (docs/extraction.md).
+    # decayed over its 420 epochs, then 20 epochs of examples shifted by 0..13 pads at a tenth of
+    # the peak rate. Its readout asks the pretrained model in the corpus's own words, zero-shot
+    # (frames.py; its accuracy: docs/readout.md). --readout question finetunes on the handout's
+    # question instead, at lr 2e-4 with GPT-1's auxiliary loss λ 0.5 (docs/extraction.md).
     "cpu": dataclasses.replace(
         HANDOUT,
         n_head=4,
@@ -279,8 +277,8 @@ RECIPES = {
     ),
     # The demo world's (run.sh demo, docs/demo.md; with the rope variant): a 4-layer model
     # pretrained on the biographies alone, 90 epochs at batch 8 in length-grouped batches
-    # (at 75, one seed of five answered under half of its dev), then asked in the biographies'
-    # words (frames mined from the training people's), zero-shot.
+    # (docs/demo.md says why 90), then asked in the biographies' words (frames mined from the
+    # training people's), zero-shot.
     # The finetuning settings are those of the control without pretraining and, with
     # --readout question, a gentle finetuning of the pretrained model on the training questions.
     "demo": dataclasses.replace(
@@ -308,7 +306,7 @@ class RunConfig:
     """
     One pretrain, finetune or evaluate run: its inputs and outputs, the recipe, and the
     run's controls. `given` names the recipe's sizes the command line set: they win over
-    the params' facts (resolve_recipe).
+    the params' metadata (resolve_recipe).
     """
 
     function: str  # "pretrain", "finetune" or "evaluate"
@@ -332,7 +330,7 @@ class RunConfig:
     keep_checkpoint: bool = False
     tb_expt_name: str = "run"
     tensorboard_root: str = "expt"  # relative to the working directory
-    command: str = ""  # the command line, recorded in the params' facts
+    command: str = ""  # the command line, recorded in the params' metadata
 
     INPUTS = ("pretrain_corpus_path", "reading_params_path", "finetune_corpus_path", "eval_corpus_path")
     INPUTS += ("mix_corpus_path",)
@@ -355,14 +353,14 @@ def default_num_workers(device):
     return max(0, min(CUDA_NUM_WORKERS, cores - 1))
 
 
-def resolve_recipe(cfg, facts):
+def resolve_recipe(cfg, metadata):
     """
     The run's recipe. A model size comes from, in this order: the command line (cfg.given),
-    the facts of the params read (`facts`, None without them), the recipe. A size the command
-    line gives that the facts contradict is refused; so are sizes that make no model of the variant.
+    the metadata of the params read (`metadata`, None without them), the recipe. A size the command
+    line gives that the metadata contradicts is refused; so are sizes that make no model of the variant.
     """
     recipe = cfg.recipe
-    for name, trained in (facts or {}).items():
+    for name, trained in (metadata or {}).items():
         if name not in recipe.sizes("perceiver"):
             continue
         if name in cfg.given and getattr(recipe, name) != trained:

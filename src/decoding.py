@@ -12,7 +12,7 @@ import torch
 
 from dataset import MASK_CHAR
 from model import KVCache
-from utils import sample
+from utils import eval_mode, sample
 
 
 @dataclasses.dataclass
@@ -104,28 +104,26 @@ def greedy_completions(
     stop_id = stoi[stop_char] if stop_char is not None else -1
     encoded = [[stoi[c] for c in prompt] for prompt in prompts]
     context = model.get_block_size() - 1
-    was_training = model.training
-    model.eval()
-    if sequential:
-        batches = [[i] for i in range(len(encoded))]
-    else:
-        by_length = {}
-        for i, ids in enumerate(encoded):
-            by_length.setdefault(len(ids), []).append(i)
-        batches = [rows[j : j + batch_size] for rows in by_length.values() for j in range(0, len(rows), batch_size)]
-    generated = [None] * len(encoded)
-    for rows in batches:
-        x = torch.tensor([encoded[i] for i in rows], dtype=torch.long, device=device)
-        if sequential or x.size(1) + steps - 1 > context:
-            out = sample(model, x, steps)[:, x.size(1) :]
-            logprobs = read_logprobs(model, x, out) if scored else None
+    with eval_mode(model):
+        if sequential:
+            batches = [[i] for i in range(len(encoded))]
         else:
-            decoded = greedy_decode_cached(model, x, steps, stop_id)
-            out, logprobs = decoded.ids, decoded.logprobs
-        for row, (i, ids) in enumerate(zip(rows, out.tolist())):
-            text = "".join(itos[i] for i in ids)
-            generated[i] = (text, logprobs[row].tolist()) if scored else text
-    model.train(was_training)
+            by_length = {}
+            for i, ids in enumerate(encoded):
+                by_length.setdefault(len(ids), []).append(i)
+            batches = [rows[j : j + batch_size] for rows in by_length.values() for j in range(0, len(rows), batch_size)]
+        generated = [None] * len(encoded)
+        for rows in batches:
+            x = torch.tensor([encoded[i] for i in rows], dtype=torch.long, device=device)
+            if sequential or x.size(1) + steps - 1 > context:
+                out = sample(model, x, steps)[:, x.size(1) :]
+                logprobs = read_logprobs(model, x, out) if scored else None
+            else:
+                decoded = greedy_decode_cached(model, x, steps, stop_id)
+                out, logprobs = decoded.ids, decoded.logprobs
+            for row, (i, ids) in enumerate(zip(rows, out.tolist())):
+                text = "".join(itos[i] for i in ids)
+                generated[i] = (text, logprobs[row].tolist()) if scored else text
     return generated
 
 
@@ -179,40 +177,6 @@ def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=25
     """The texts of predict_answers' answers."""
     answers = predict_answers(model, questions, stoi, itos, device, steps, batch_size, sequential, scored=False)
     return [answer.text for answer in answers]
-
-
-def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_char=None):
-    """
-    The greedy continuation of `prompt` with, at every character it writes, the k
-    likeliest characters and their probabilities: [(char, [(alternative, probability)])],
-    the chosen character first among its alternatives. It stops after stop_char, or
-    when the prompt and what it wrote fill the block (block_size characters).
-    """
-    context = model.get_block_size() - 1
-    if not prompt or len(prompt) > context:
-        raise ValueError(f"the prompt must have 1 to {context} characters, got {len(prompt)}")
-    was_training = model.training
-    model.eval()
-    x = torch.tensor([[stoi[c] for c in prompt]], dtype=torch.long, device=device)
-    k = min(k, len(itos))
-    stop_id = stoi[stop_char] if stop_char is not None else -1
-    decoded = greedy_decode_cached(model, x, min(steps, context - len(prompt) + 1), stop_id, top_k=k)
-    model.train(was_training)
-    return [
-        (itos[chosen], [(itos[i], p) for i, p in zip(ids, probs)])
-        for chosen, ids, probs in zip(
-            decoded.ids[0].tolist(), decoded.top_ids[0].tolist(), decoded.top_probs[0].tolist()
-        )
-    ]
-
-
-def birthplace_recall(model, documents, pairs, stoi, itos, device, prompt=None):
-    """
-    How much of the pairs' birthplaces the model has memorised from the corpus:
-    (recalled, probed) of recalled_places' answers.
-    """
-    recalled = [r for r in recalled_places(model, documents, pairs, stoi, itos, device, prompt) if r is not None]
-    return sum(recalled), len(recalled)
 
 
 def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):

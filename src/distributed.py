@@ -4,8 +4,10 @@ gathering results, and the stop signals a training finishes its step on.
 """
 
 import contextlib
+import gc
 import os
 import signal
+import sys
 import threading
 
 import torch
@@ -65,6 +67,15 @@ def start_distributed(device):
     return device
 
 
+def over_ranks(value, op):
+    """The device tensor `value` reduced over the ranks with `op` (a dist.ReduceOp) in a copy; itself in one process."""
+    if rank_and_world_size()[1] == 1:
+        return value
+    value = value.clone()
+    dist.all_reduce(value, op=op)
+    return value
+
+
 def gather_interleaved(items, total):
     """
     Every rank's share of a list, where rank r holds items r, r + N, r + 2N, ... of `total`:
@@ -102,3 +113,17 @@ def stop_signals_caught(enabled):
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def exit_process(code):
+    """
+    sys.exit(code); a torchrun rank, its process group destroyed (exit_status), skips Python's
+    finalization: a gloo thread still releasing the last collective's tensors would abort it
+    then ("terminate called without an active exception"; docs/robustness.md).
+    """
+    if not launched_by_torchrun():
+        sys.exit(code)
+    gc.collect()  # what still holds resources (a DataLoader's worker processes) lets them go
+    sys.stdout.flush()
+    sys.stderr.flush()  # the log messages went there
+    os._exit(code)

@@ -10,11 +10,11 @@ import logging
 import math
 
 import frames
-from dataset import MASK_CHAR, question_place_pairs
-from decoding import birthplace_recall, predict_answers, recalled_places
+from dataset import MASK_CHAR
+from decoding import predict_answers, recalled_places
 from distributed import rank_and_world_size
 from errors import RunError
-from inputs import encodable_questions, read_pairs
+from inputs import answered_pairs, encodable_questions
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +45,6 @@ def details_lines(questions, answers, places=None):
     return lines
 
 
-def held_out_pairs(path):
-    """[(question, place)] of a question<TAB>place file whose every line has its place."""
-    return [(question, place) for _, question, place in read_pairs(path, "held-out pairs", question_place_pairs)]
-
-
 def name_and_frame(name, before):
     """
     The name probe's prompt: the title, the name and the last two words before the place in
@@ -73,25 +68,22 @@ PROBES = {
 }
 
 
-def after(prefix):
-    """The biography probe with the biography put after `prefix` (where is the fact keyed?)."""
-    return lambda name, before: prefix + before
-
-
-def recall(model, corpus, pairs, device, prompt=PROBES["biography"]):
+def probed_recall(model, corpus, pairs, device, prompt=PROBES["biography"]):
     """
     (recalled, probed): of the pairs' people whose biography in the corpus names their
-    birthplace, how many the model completes after `prompt` (PROBES, after;
-    decoding.birthplace_recall). Every probe counts the same people.
+    birthplace, how many the model completes after `prompt` (PROBES, or a script's own;
+    decoding.recalled_places). Every probe counts the same people.
     """
     try:
-        return birthplace_recall(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device, prompt)
+        recalled = recalled_places(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device, prompt)
     except ValueError as e:  # a prefix outside the vocabulary
         raise RunError(str(e)) from None
+    probed = [known for known in recalled if known is not None]
+    return sum(probed), len(probed)
 
 
 def recalled_pairs(model, corpus, pairs, device, prompt):
-    """The (question, place) pairs whose place the model completes after `prompt` (see recall)."""
+    """The (question, place) pairs whose place the model completes after `prompt` (see probed_recall)."""
     recalled = recalled_places(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device, prompt)
     return [pair for pair, known in zip(pairs, recalled) if known]
 
@@ -101,22 +93,22 @@ def recall_line(recalled, probed):
     return f"Recalled: {recalled} out of {probed}: {round(recalled / max(1, probed) * 100, 2)}%"
 
 
-def readout_share(cfg, facts, corpus, model, questions, device):
+def readout_share(cfg, metadata, corpus, model, questions, device):
     """
     This rank's share (every world_size-th) of the Answers to `questions`, read out as the
     recipe says: greedy after the handout's question, or the frames readout's, its ensemble
-    fitted on the training pairs of finetune_corpus_path (facts: those of the params read).
+    fitted on the training pairs of finetune_corpus_path (metadata: that of the params read).
     """
     rank, world_size = rank_and_world_size()
     r = cfg.recipe
     if r.readout == "question":
         mine = encodable_questions(corpus, questions)[rank::world_size]
         return predict_answers(model, mine, corpus.stoi, corpus.itos, device, sequential=r.sequential_decoding)
-    if (facts or {}).get("function") == "finetune":
+    if (metadata or {}).get("function") == "finetune":
         logger.warning(
             f"{cfg.reading_params_path} are finetuned params: the frames readout asks in the corpus's words, "
             "which finetuning on the question unlearns (docs/readout.md)"
         )
     names = encodable_questions(corpus, frames.names_of(questions, cfg.eval_corpus_path), "names")
-    training = held_out_pairs(cfg.finetune_corpus_path)
+    training = answered_pairs(cfg.finetune_corpus_path, "finetuning corpus")
     return frames.answers(model, corpus, names[rank::world_size], training, r.readout_frames, device)

@@ -18,15 +18,17 @@ import re
 
 import torch
 
+from dataset import known_characters
 from decoding import Answer, greedy_completions
 from errors import RunError
+from utils import eval_mode
 
 NAME = "NAME"
 QUESTION = re.compile(r"Where was (.+) born\?")
 MOST_WORDS = 3  # a frame is at most the last three words before the place
 PLACE_STEPS = 32  # characters written after a frame, enough for the place
 POOL = 8  # the writers are chosen among the frames that alone answer most training people
-FIT_PEOPLE = 500  # the writers are chosen on this many of the training people (all 2,000 take 4 times as long)
+FIT_PEOPLE = 500  # the writers are chosen on this many of the training people, evenly through their file
 MIN_SHARE = 0.01  # a frame is mined where at least this share of the training people (and two) share it
 
 
@@ -185,27 +187,25 @@ def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256)
     log P(continuation | prompt) for each pair, in batches of rows padded at their end
     (the model is causal: what follows a row's text does not change its log-probabilities).
     """
-    was_training = model.training
-    model.eval()
-    scores = []
-    for start in range(0, len(prompts), batch_size):
-        rows = [
-            ([corpus.stoi[c] for c in prompt_text], [corpus.stoi[c] for c in text])
-            for prompt_text, text in zip(prompts[start : start + batch_size], continuations[start : start + batch_size])
-        ]
-        fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
-        length = max(len(p) + len(c) for (p, c), fit in zip(rows, fits) if fit) if any(fits) else 2
-        x = torch.zeros(len(rows), length, dtype=torch.long)
-        wanted = torch.zeros(len(rows), length, dtype=torch.bool)
-        for row, ((p, c), fit) in enumerate(zip(rows, fits)):
-            if fit:
-                x[row, : len(p) + len(c)] = torch.tensor(p + c)
-                wanted[row, len(p) - 1 : len(p) + len(c) - 1] = True
-        logits, _ = model(x[:, :-1].to(device))
-        logprobs = logits.float().log_softmax(-1).gather(2, x[:, 1:, None].to(device))[:, :, 0]
-        summed = (logprobs * wanted[:, :-1].to(device)).sum(1).tolist()
-        scores += [score if fit else -math.inf for score, fit in zip(summed, fits)]
-    model.train(was_training)
+    with eval_mode(model):
+        scores = []
+        for start in range(0, len(prompts), batch_size):
+            batch = zip(prompts[start : start + batch_size], continuations[start : start + batch_size])
+            rows = [
+                ([corpus.stoi[c] for c in prompt_text], [corpus.stoi[c] for c in text]) for prompt_text, text in batch
+            ]
+            fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
+            length = max(len(p) + len(c) for (p, c), fit in zip(rows, fits) if fit) if any(fits) else 2
+            x = torch.zeros(len(rows), length, dtype=torch.long)
+            wanted = torch.zeros(len(rows), length, dtype=torch.bool)
+            for row, ((p, c), fit) in enumerate(zip(rows, fits)):
+                if fit:
+                    x[row, : len(p) + len(c)] = torch.tensor(p + c)
+                    wanted[row, len(p) - 1 : len(p) + len(c) - 1] = True
+            logits, _ = model(x[:, :-1].to(device))
+            logprobs = logits.float().log_softmax(-1).gather(2, x[:, 1:, None].to(device))[:, :, 0]
+            summed = (logprobs * wanted[:, :-1].to(device)).sum(1).tolist()
+            scores += [score if fit else -math.inf for score, fit in zip(summed, fits)]
     return scores
 
 
@@ -219,7 +219,7 @@ def option_scores(model, corpus, names, options, scorers, end, device):
         for place in places:
             for frame in scorers:
                 prompts.append(prompt(frame, name))
-                texts.append(known(place + end, corpus.stoi))
+                texts.append(known_characters(place + end, corpus.stoi)[0])
     scores = iter(text_logprobs(model, corpus, prompts, texts, device))
     return [[sum(next(scores) for _ in scorers) for _ in places] for places in options]
 
@@ -250,11 +250,6 @@ class Ensemble:
         return [best_option(places, scores) for places, scores in zip(options, totals)]
 
 
-def known(text, stoi):
-    """The text's characters that the vocabulary holds."""
-    return "".join(c for c in text if c in stoi)
-
-
 def accuracy(answers, pairs):
     """The share of (question, place) pairs whose place is the answer."""
     return sum(answer == place for answer, (_, place) in zip(answers, pairs)) / max(1, len(pairs))
@@ -265,7 +260,7 @@ def least_people(pairs):
     return max(2, math.ceil(MIN_SHARE * len(pairs)))
 
 
-def chosen(model, corpus, pairs, writers, device, pool=POOL):
+def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL):
     """
     The ensemble fitted on the training (question, place) pairs. Its frames are mined from
     all their people's biographies, its scorers those that come right before the place (all
@@ -304,5 +299,5 @@ def answers(model, corpus, names, pairs, writers, device):
     The frames readout's Answers for `names` (of characters the vocabulary holds), its
     ensemble fitted on the training (question, place) pairs.
     """
-    ensemble = chosen(model, corpus, pairs, writers, device)
+    ensemble = fitted_ensemble(model, corpus, pairs, writers, device)
     return [Answer(text, score, math.nan, bool(text)) for text, score in ensemble.answers(model, corpus, names, device)]

@@ -11,7 +11,7 @@ import tempfile
 import torch
 
 from config import BLOCK_SIZE, HELD_OUT_SEED
-from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
+from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
 from distributed import launch_rank
 from errors import RunError
 from files import resolve_data_path
@@ -39,6 +39,11 @@ def read_pairs(path, what, parse=read_questions):
         return parse(read_text(path, what))
     except ValueError as e:
         raise RunError(f"{resolve_data_path(path)}: {e}") from None
+
+
+def answered_pairs(path, what="pairs"):
+    """[(question, place)] of the question<TAB>place file at `path`, whose every line must have its place."""
+    return [(question, place) for _, question, place in read_pairs(path, what, question_place_pairs)]
 
 
 def load_corpus(path, max_shift=0):

@@ -82,7 +82,7 @@ class EpochEnd:
     device: torch.device
     writer: Optional[TensorBoardLog]
     params_path: str  # where the run writes its params
-    facts: dict  # what the params are
+    metadata: dict  # what the params are
     training_seconds: float  # spent training so far, the hooks' own time left out
 
 
@@ -91,14 +91,13 @@ Hook = Callable[[EpochEnd], None]
 
 class EpochHooks:
     """
-    The trainer's epoch_end: the hooks on rank 0, given an EpochEnd whose epochs and
-    seconds count on from the earlier stages' (epochs_before, seconds_before), timed so
-    that training_seconds leaves the hooks' own time out.
+    The trainer's epoch_end: the hooks on rank 0, given `end` (an EpochEnd) with the epochs and
+    seconds counted on from the earlier stages' (end's), training_seconds without the hooks' time.
     """
 
-    def __init__(self, hooks, make_end, epochs_before=0, seconds_before=0.0):
-        self.hooks, self.make_end = list(hooks), make_end
-        self.epochs_before, self.seconds_before = epochs_before, seconds_before
+    def __init__(self, hooks, end):
+        self.hooks, self.end = list(hooks), end
+        self.epochs_before, self.seconds_before = end.epoch, end.training_seconds
         self.start, self.hook_seconds = time.monotonic(), 0.0
 
     def training_seconds(self):
@@ -108,7 +107,9 @@ class EpochHooks:
         if not self.hooks or rank_and_world_size()[0] != 0:
             return
         hooks_start = time.monotonic()
-        end = self.make_end(self.epochs_before + epochs_done, self.training_seconds())
+        end = dataclasses.replace(
+            self.end, epoch=self.epochs_before + epochs_done, training_seconds=self.training_seconds()
+        )
         for hook in self.hooks:
             hook(end)
         self.hook_seconds += time.monotonic() - hooks_start

@@ -42,22 +42,23 @@ class GPTConfig:
 
 
 VARIANTS = ("vanilla", "perceiver", "synthesizer", "rope")
+# a Block's self-attention by the variant whose flag is set (CausalSelfAttention otherwise: it rotates with config.rope)
+SELF_ATTENTION = {"synthesizer": SynthesizerAttention}
 
 
 def variant_config(variant, vocab_size, block_size, n_layer, n_head, n_embd, bottleneck_dim=None, dropout=0.1):
-    """The GPTConfig of a variant by its name: the one place where a name becomes a model."""
+    """The GPTConfig of a variant by its name, the one place where a name becomes a model: config.<variant> is True."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant}")
+    flags = {name: name == variant for name in VARIANTS if name != "vanilla"}
     return GPTConfig(
         vocab_size,
         block_size,
         n_layer=n_layer,
         n_head=n_head,
         n_embd=n_embd,
-        perceiver=variant == "perceiver",
+        **flags,
         bottleneck_dim=bottleneck_dim if variant == "perceiver" else None,
-        synthesizer=variant == "synthesizer",
-        rope=variant == "rope",
         embd_pdrop=dropout,
         attn_pdrop=dropout,
         resid_pdrop=dropout,
@@ -94,7 +95,8 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = nn.LayerNorm(config.n_embd)
         self.ln2 = nn.LayerNorm(config.n_embd)
-        self.attn = SynthesizerAttention(config) if config.synthesizer else CausalSelfAttention(config)
+        flagged = (attention for name, attention in SELF_ATTENTION.items() if getattr(config, name, False))
+        self.attn = next(flagged, CausalSelfAttention)(config)
         self.mlp = mlp(config)
 
     def forward(self, x, cache=None, start=0):

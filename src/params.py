@@ -1,16 +1,18 @@
 """
 .params files: a model's plain state_dict (what the course's code writes and reads), the
-facts written beside it as <params>.json, and the one check that a file fits a model.
+metadata written beside it as <params>.json, and the one check that a file fits a model.
 """
 
 import contextlib
 import json
 import os
+import re
 
 import torch
 
 from errors import RunError, short_reason
 from files import atomic_write
+from model import GPT, VARIANTS, variant_config
 
 
 def save_params(model, path):
@@ -18,15 +20,15 @@ def save_params(model, path):
     atomic_write(path, lambda f: torch.save(model.state_dict(), f))
 
 
-def save_params_with_facts(model, path, facts):
+def save_params_with_metadata(model, path, metadata):
     """
-    Save the params and then their facts; the old facts go first, so that a crash in
-    between leaves params without facts, never params with another run's facts.
+    Save the params and then their metadata; the old metadata goes first, so that a crash in
+    between leaves params without metadata, never params with another run's metadata.
     """
     with contextlib.suppress(FileNotFoundError):
-        os.remove(facts_path(path))
+        os.remove(metadata_path(path))
     save_params(model, path)
-    write_facts(path, facts)
+    write_metadata(path, metadata)
 
 
 def read_state_dict(path):
@@ -37,25 +39,47 @@ def read_state_dict(path):
     return state
 
 
-def params_architecture(state):
+def key_layout(keys):
+    """A GPT state_dict's keys with the block numbers as N, the masks left out: its variant's, whatever its sizes."""
+    return {re.sub(r"^blocks\.\d+\.", "blocks.N.", key) for key in keys if not key.endswith(".mask")}
+
+
+def params_variant(state, wanted=None):
+    """The variant whose models (a tiny one of each, on the meta device) have the keys of `state`, `wanted` first."""
+    layout = key_layout(state)
+    outside_blocks = {key for key in layout if not key.startswith("blocks.")}
+    for variant in sorted(VARIANTS, key=lambda name: name != wanted):
+        with torch.device("meta"):
+            tiny = GPT(variant_config(variant, 3, 4, n_layer=3, n_head=2, n_embd=4, bottleneck_dim=2))
+        theirs = key_layout(tiny.state_dict())
+        # a perceiver of two layers has no inner blocks
+        if layout == theirs or (layout == outside_blocks and outside_blocks < theirs):
+            return variant
+    return None
+
+
+def params_architecture(state, wanted=None):
     """
-    What a GPT state_dict says about the model it came from: variant, n_layer, n_embd,
-    vocab_size, block_size, and bottleneck_dim (perceiver) or n_head (synthesizer; the
-    other variants' weights do not depend on the number of heads). KeyError if not a GPT's.
+    What a GPT state_dict says about the model it came from: its variant (params_variant),
+    n_layer, n_embd, vocab_size, block_size, and where its weights depend on them,
+    bottleneck_dim (the perceiver's) and n_head (rope's and the synthesizer's; the other
+    variants' weights do not depend on the number of heads). KeyError if not a GPT's.
     """
     vocab_size, n_embd = state["tok_emb.weight"].shape
     blocks = {key.split(".")[1] for key in state if key.startswith("blocks.")}
-    found = dict(n_layer=len(blocks), n_embd=n_embd, vocab_size=vocab_size)
-    if "pos_emb" not in state:  # rope's positions are its rotary table (block_size, head_dim / 2, 2)
+    found = dict(variant=params_variant(state, wanted), n_layer=len(blocks), n_embd=n_embd, vocab_size=vocab_size)
+    if found["variant"] is None:
+        raise KeyError("no variant has these keys")
+    if "pos_emb" in state:
+        found["block_size"] = state["pos_emb"].shape[1]
+    else:  # rope's positions are its rotary table (block_size, head_dim / 2, 2)
         rope_cache = state["blocks.0.attn.rope_cache"]
-        head_dim = 2 * rope_cache.shape[1]
-        return dict(found, variant="rope", n_head=n_embd // head_dim, block_size=rope_cache.shape[0])
-    found["block_size"] = state["pos_emb"].shape[1]
+        found.update(block_size=rope_cache.shape[0], n_head=n_embd // (2 * rope_cache.shape[1]))
     if "down_block.C" in state:
-        return dict(found, variant="perceiver", n_layer=len(blocks) + 2, bottleneck_dim=state["down_block.C"].shape[1])
+        found.update(n_layer=len(blocks) + 2, bottleneck_dim=state["down_block.C"].shape[1])
     if "blocks.0.attn.w2" in state:
-        return dict(found, variant="synthesizer", n_head=n_embd // state["blocks.0.attn.w2"].shape[0])
-    return dict(found, variant="vanilla")
+        found["n_head"] = n_embd // state["blocks.0.attn.w2"].shape[0]
+    return found
 
 
 def load_params(model, path_or_state):
@@ -89,7 +113,7 @@ def load_fitting_params(model, path, variant, corpus_path, purpose):
             f"params file {path} cannot be read (truncated, or not a params file?): {short_reason(e)}"
         ) from None
     try:
-        found = params_architecture(state)
+        found = params_architecture(state, variant)
     except (KeyError, IndexError, ValueError):
         raise RunError(f"params file {path} does not hold a GPT of this project") from None
     config = model.config
@@ -121,11 +145,11 @@ def load_fitting_params(model, path, variant, corpus_path, purpose):
         raise RunError(f"params file {path} does not fit a {variant} model of this size: {short_reason(e)}") from None
 
 
-def check_vocabulary(path, facts, vocabulary, corpus_path):
-    """Params whose facts name another vocabulary than corpus_path's would read every character as another: refused."""
-    if facts is None or facts.get("vocabulary", vocabulary) == vocabulary:
+def check_vocabulary(path, metadata, vocabulary, corpus_path):
+    """Params whose metadata names another vocabulary than corpus_path's read every character as another: refused."""
+    if metadata is None or metadata.get("vocabulary", vocabulary) == vocabulary:
         return
-    theirs, ours = set(facts["vocabulary"]), set(vocabulary)
+    theirs, ours = set(metadata["vocabulary"]), set(vocabulary)
     raise RunError(
         f"params file {path} was pretrained on a corpus with another vocabulary than {corpus_path} "
         f"({len(theirs - ours)} characters only there, {len(ours - theirs)} only here): "
@@ -133,29 +157,29 @@ def check_vocabulary(path, facts, vocabulary, corpus_path):
     )
 
 
-def facts_path(params_path):
+def metadata_path(params_path):
     return params_path + ".json"
 
 
-def write_facts(params_path, facts):
+def write_metadata(params_path, metadata):
     """Write what a params file is (variant, sizes, vocabulary, recipe, command) beside it."""
-    text = json.dumps(facts, indent=1, ensure_ascii=False) + "\n"
-    atomic_write(facts_path(params_path), lambda f: f.write(text.encode("utf-8")))
+    text = json.dumps(metadata, indent=1, ensure_ascii=False) + "\n"
+    atomic_write(metadata_path(params_path), lambda f: f.write(text.encode("utf-8")))
 
 
-def read_facts(params_path):
-    """The facts beside a params file, or None where there are none (params of the course's code, say)."""
-    path = facts_path(params_path)
+def read_metadata(params_path):
+    """The metadata beside a params file, or None where there is none (params of the course's code, say)."""
+    path = metadata_path(params_path)
     if not os.path.exists(path):
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            facts = json.load(f)
-        if not isinstance(facts, dict):
+            metadata = json.load(f)
+        if not isinstance(metadata, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
         raise RunError(
             f"{path} (what {params_path} is) cannot be read: {short_reason(e)}; "
             "delete it to go by the command line alone"
         ) from None
-    return facts
+    return metadata

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from batching import real_lengths
+from utils import eval_mode
 
 
 @torch.no_grad()
@@ -21,16 +22,14 @@ def corruption_loss(model, dataset, device, seed=0, batch_size=64):
     """
     generator = torch.Generator().manual_seed(seed)
     x, y = dataset.corrupt_all(torch.arange(len(dataset)), generator)
-    was_training = model.training
-    model.eval()
-    nats, targets = 0.0, 0
-    for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
-        n = max(1, int(real_lengths(yb).max()))  # nothing after the last real target is scored
-        logits, _ = model(xb[:, :n].to(device))
-        flat = logits.reshape(-1, logits.size(-1)).float()
-        nats += F.cross_entropy(flat, yb[:, :n].reshape(-1).to(device), ignore_index=0, reduction="sum").item()
-        targets += int((yb != 0).sum())
-    model.train(was_training)
+    with eval_mode(model):
+        nats, targets = 0.0, 0
+        for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
+            n = max(1, int(real_lengths(yb).max()))  # nothing after the last real target is scored
+            logits, _ = model(xb[:, :n].to(device))
+            flat = logits.reshape(-1, logits.size(-1)).float()
+            nats += F.cross_entropy(flat, yb[:, :n].reshape(-1).to(device), ignore_index=0, reduction="sum").item()
+            targets += int((yb != 0).sum())
     return nats, targets
 
 

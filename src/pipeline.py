@@ -4,11 +4,11 @@ for a config.RunConfig, with no argparse inside. run.py is a thin command line o
 these; the research scripts call them with their own configurations
 and on_epoch_end hooks (probes, snapshots).
 
-How a run flows: run.py's argv becomes a RunConfig (arguments.py); started() checks it
-(inputs.py), reads the facts of the params it starts from and resolves the recipe
+How a run flows: run.py's argv becomes a RunConfig (arguments.py); prepared() checks it
+(inputs.py), reads the metadata of the params it starts from and resolves the recipe
 (config.resolve_recipe); pretrain runs the recipe's stages one after another, each
 building the model, carrying the params of the stage before, and training it with a
-Trainer (trainer.py); the last writes the params and their facts (params.py).
+Trainer (trainer.py); the last writes the params and their metadata (params.py).
 
 Every problem a run reports in one line is a RunError, caught only by the command line.
 pretrain and finetune keep a resumable checkpoint at <writing_params_path>.ckpt (after every
@@ -33,13 +33,12 @@ from augment import viewed
 from config import BLOCK_SIZE, CUDA_CHECKPOINT_MINUTES, RunConfig, default_num_workers, resolve_recipe
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from errors import RunError
-from evaluation import PROBES, Evaluation, details_lines, held_out_pairs, readout_share, recalled_pairs
-from evaluation import recall as probed_recall
+from evaluation import PROBES, Evaluation, details_lines, probed_recall, readout_share, recalled_pairs
 from files import PathInUse, atomic_write, exclusive_lock
-from inputs import check_config, held_out_split, load_corpus, load_pairs, read_pairs, vocabulary
+from inputs import answered_pairs, check_config, held_out_split, load_corpus, load_pairs, read_pairs, vocabulary
 from logs import EpochEnd, EpochHooks, HeldOutLoss, Hook, TensorBoardLog
 from model import GPT, variant_config
-from params import check_vocabulary, load_fitting_params, load_params, read_facts, save_params_with_facts
+from params import check_vocabulary, load_fitting_params, load_params, read_metadata, save_params_with_metadata
 from trainer import Trainer, TrainerConfig
 from utils import set_seed
 
@@ -47,21 +46,21 @@ logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def started(cfg):
+def prepared(cfg):
     """
     What every function does first: the checks, the writer's lock, the device, and the
-    recipe resolved against the facts of the params read. Yields (cfg with that recipe, those facts, device).
+    recipe resolved against the metadata of the params read. Yields (cfg with that recipe, that metadata, device).
     """
     check_config(cfg)
-    cfg, facts = resolved(cfg)
+    cfg, metadata = resolved(cfg)
     with writer_lock(cfg):
-        yield cfg, facts, start_device(cfg)
+        yield cfg, metadata, start_device(cfg)
 
 
 def resolved(cfg):
-    """(cfg with its recipe resolved against the facts of the params it reads, those facts or None): read once a run."""
-    facts = read_facts(cfg.reading_params_path) if cfg.reading_params_path else None
-    return dataclasses.replace(cfg, recipe=resolve_recipe(cfg, facts)), facts
+    """(cfg, its recipe resolved against the metadata of the params it reads; that metadata or None): once a run."""
+    metadata = read_metadata(cfg.reading_params_path) if cfg.reading_params_path else None
+    return dataclasses.replace(cfg, recipe=resolve_recipe(cfg, metadata)), metadata
 
 
 def start_device(cfg):
@@ -99,10 +98,10 @@ class Setup:
     model: GPT
 
 
-def build(cfg, facts, max_shift=0, state=None):
+def build(cfg, metadata, max_shift=0, state=None):
     """
     The corpus and the seeded model of cfg's resolved recipe, with `state` or else the params
-    at reading_params_path in it, whose facts are `facts` (build(*resolved(cfg)) from a bare cfg).
+    at reading_params_path in it, whose metadata is `metadata` (load(cfg) from a bare cfg).
     """
     corpus = load_corpus(cfg.pretrain_corpus_path, max_shift)
     r = cfg.recipe
@@ -111,16 +110,27 @@ def build(cfg, facts, max_shift=0, state=None):
     if state is not None:
         load_params(model, state)
     elif cfg.reading_params_path:
-        check_vocabulary(cfg.reading_params_path, facts, vocabulary(corpus), cfg.pretrain_corpus_path)
+        check_vocabulary(cfg.reading_params_path, metadata, vocabulary(corpus), cfg.pretrain_corpus_path)
         load_fitting_params(model, cfg.reading_params_path, cfg.variant, cfg.pretrain_corpus_path, cfg.function)
     return Setup(corpus, model)
 
 
-def params_facts(cfg, corpus):
+def load(cfg):
+    """
+    (Setup, device): cfg's corpus and model, the params at reading_params_path in it, on cfg's
+    device (torchrun's group joined): how research scripts and tests get a model from a RunConfig.
+    """
+    cfg, metadata = resolved(cfg)
+    setup, device = build(cfg, metadata), start_device(cfg)
+    setup.model.to(device)
+    return setup, device
+
+
+def params_metadata(cfg, corpus):
     """What a params file is: written beside it as <params>.json, and into the checkpoint."""
-    facts = dict(variant=cfg.variant, **cfg.recipe.sizes(cfg.variant), block_size=BLOCK_SIZE)
+    metadata = dict(variant=cfg.variant, **cfg.recipe.sizes(cfg.variant), block_size=BLOCK_SIZE)
     return dict(
-        facts, vocabulary=vocabulary(corpus), recipe=cfg.recipe_name, function=cfg.function, command=cfg.command
+        metadata, vocabulary=vocabulary(corpus), recipe=cfg.recipe_name, function=cfg.function, command=cfg.command
     )
 
 
@@ -134,28 +144,23 @@ def run_identity(cfg, dataset, vocab_size, stage=1):
 
 def trainer_config(cfg, device, epochs, batch_size, learning_rate, final_tokens, pretraining, **more):
     """
-    The TrainerConfig of a training under cfg's recipe (the benchmark times exactly this). On
-    CUDA, where an epoch takes a fraction of a second, a checkpoint every few minutes, not every epoch.
+    The TrainerConfig of a training under cfg's recipe: every Recipe field by name, the
+    pretraining-only ones off when finetuning (the benchmark times exactly this). On CUDA,
+    where an epoch takes a fraction of a second, a checkpoint every few minutes, not every epoch.
     """
     r, cuda = cfg.recipe, device.type == "cuda"
     return TrainerConfig(
+        r,
         max_epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
         lr_decay=True,
-        warmup_tokens=r.warmup_tokens,
         final_tokens=final_tokens,
-        weight_decay=r.weight_decay,
-        num_workers=cfg.num_workers if cfg.num_workers is not None else default_num_workers(device),
-        device=device,
-        decay_groups=r.decay_groups,
-        lr_schedule=r.lr_schedule,
-        precision=r.precision,
         group_by_length=r.group_by_length and pretraining,
         corrupt_by_epoch=r.corrupt_by_epoch and pretraining,
-        full_padding=r.full_padding,
-        compile=r.compile,
-        lm_weight=0.0 if pretraining else r.finetune_lm_weight,
+        finetune_lm_weight=0.0 if pretraining else r.finetune_lm_weight,
+        num_workers=cfg.num_workers if cfg.num_workers is not None else default_num_workers(device),
+        device=device,
         data_seed=cfg.seed,
         checkpoint_minutes=cfg.checkpoint_minutes or (CUDA_CHECKPOINT_MINUTES if cuda else None),
         checkpoint_every_epoch=not cuda,
@@ -173,16 +178,15 @@ def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epo
     if world_size > 1:  # every rank draws the same data (seeded with the model) but its own dropout
         torch.manual_seed(cfg.seed + 1 + rank)
     writer = TensorBoardLog(cfg, f"_stage{stage}" if stage > 1 else "") if rank == 0 else None
-    facts = params_facts(cfg, setup.corpus)
-
-    def end(epoch, seconds):
-        return EpochEnd(epoch, setup.model, setup.corpus, device, writer, cfg.writing_params_path, facts, seconds)
-
-    epoch_hooks = EpochHooks(hooks, end, epochs_before, seconds_before)
+    metadata = params_metadata(cfg, setup.corpus)
+    so_far = EpochEnd(
+        epochs_before, setup.model, setup.corpus, device, writer, cfg.writing_params_path, metadata, seconds_before
+    )
+    epoch_hooks = EpochHooks(hooks, so_far)
     identity, path = run_identity(cfg, dataset, setup.corpus.vocab_size, stage), cfg.writing_params_path + ".ckpt"
     config = trainer_config(
         cfg, device, **training, writer=writer, epoch_end=epoch_hooks, checkpoint_path=path,
-        resume_from=saved, run_identity=identity, run_facts=facts,
+        resume_from=saved, run_identity=identity, params_metadata=metadata,
     )  # fmt: skip
     try:
         Trainer(setup.model, dataset, None, config).train()
@@ -204,9 +208,9 @@ def saved_checkpoint(cfg):
 
 
 def finish(cfg, setup):
-    """Write the params and their facts (rank 0); the checkpoint goes unless keep_checkpoint."""
+    """Write the params and their metadata (rank 0); the checkpoint goes unless keep_checkpoint."""
     if launch_rank() == 0:
-        save_params_with_facts(setup.model, cfg.writing_params_path, params_facts(cfg, setup.corpus))
+        save_params_with_metadata(setup.model, cfg.writing_params_path, params_metadata(cfg, setup.corpus))
         if not cfg.keep_checkpoint:
             os.remove(cfg.writing_params_path + ".ckpt")
 
@@ -221,7 +225,7 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     the params the stage before left, and trains it with a fresh optimizer on its data.
     The params go to writing_params_path; on_epoch_end hooks run on rank 0 after every epoch.
     """
-    with started(cfg) as (cfg, facts, device):
+    with prepared(cfg) as (cfg, metadata, device):
         stages, saved = cfg.recipe.stages(), saved_checkpoint(cfg)
         first = min(max(1, int((saved["run_identity"] or {}).get("stage", 1))), len(stages)) if saved else 1
         state, epochs, seconds = None, 0, 0.0
@@ -229,7 +233,7 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
             if number < first:
                 epochs += stage.epochs
                 continue
-            setup = build(cfg, facts, stage.max_shift, state)
+            setup = build(cfg, metadata, stage.max_shift, state)
             dataset, hooks = stage_data(cfg, setup.corpus, stage, on_epoch_end)
             final_tokens = stage.decay_epochs * len(dataset) * BLOCK_SIZE
             training = dict(epochs=stage.epochs, batch_size=cfg.recipe.pretrain_batch_size, pretraining=True)
@@ -268,8 +272,8 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
     training every weight but the frozen parts, or low-rank adapters merged in at the end.
     examples(corpus, pairs), if given, makes the (x, y) examples of the (question, place) pairs.
     """
-    with started(cfg) as (cfg, facts, device):
-        setup = build(cfg, facts)
+    with prepared(cfg) as (cfg, metadata, device):
+        setup = build(cfg, metadata)
         r = cfg.recipe
         freeze(setup.model, r.frozen_parts())
         dataset = load_pairs(setup.corpus, cfg.finetune_corpus_path, "finetuning corpus")
@@ -318,11 +322,11 @@ def evaluate(cfg: RunConfig) -> Evaluation:
     outputs_path (rank 0), scored where the file has answers; with details_path, also a line
     of JSON per question (details_lines).
     """
-    with started(cfg) as (cfg, facts, device):
-        setup = build(cfg, facts)
+    with prepared(cfg) as (cfg, metadata, device):
+        setup = build(cfg, metadata)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
         asked = [question for _, question, _ in rows]
-        share = readout_share(cfg, facts, setup.corpus, setup.model.to(device), asked, device)
+        share = readout_share(cfg, metadata, setup.corpus, setup.model.to(device), asked, device)
         answers = gather_interleaved(share, len(rows))
         predictions = [answer.text for answer in answers]
         places = [place for _, _, place in rows] if rows and rows[0][2] is not None else None
@@ -339,12 +343,11 @@ def recall(cfg: RunConfig, prompt=PROBES["biography"]):
     """
     (recalled, probed): how many birthplaces of eval_corpus_path's people the params at
     reading_params_path complete after `prompt` (evaluation.PROBES: from their biographies
-    in the corpus, from their names alone, or from their questions; evaluation.recall).
+    in the corpus, from their names alone, or from their questions; evaluation.probed_recall).
     """
     missing = [f"--{name}" for name in ("reading_params_path", "eval_corpus_path") if not getattr(cfg, name)]
     if missing:
         raise RunError(f"recall needs {' and '.join(missing)}")
-    cfg, facts = resolved(dataclasses.replace(cfg, function="evaluate"))
-    pairs = held_out_pairs(cfg.eval_corpus_path)
-    setup = build(cfg, facts)
-    return probed_recall(setup.model, setup.corpus, pairs, start_device(cfg), prompt)
+    pairs = answered_pairs(cfg.eval_corpus_path, "held-out pairs")
+    setup, device = load(dataclasses.replace(cfg, function="evaluate"))
+    return probed_recall(setup.model, setup.corpus, pairs, device, prompt)

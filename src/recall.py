@@ -4,14 +4,13 @@ python src/recall.py VARIANT PRETRAIN_CORPUS_PATH --reading_params_path PARAMS -
 How many of the held-out people's birthplaces the pretrained params have stored: for
 each person in PAIRS (question<TAB>place) whose biography in the corpus names the
 birthplace, the model continues the biography from just before the place, and a
-completion that starts with the place counts (decoding.birthplace_recall). Prints
+completion that starts with the place counts (evaluation.probed_recall). Prints
 "Recalled: X out of Y: Z%", Y being the people who could be probed.
 """
 
-import sys
-
 import pipeline
 from arguments import exit_status, params_parser, reading_config
+from distributed import exit_process
 from evaluation import recall_line
 
 
@@ -24,4 +23,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

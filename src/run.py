@@ -29,7 +29,7 @@ import sys
 
 import pipeline
 from arguments import build_parser, exit_status, parse
-from distributed import launch_rank
+from distributed import exit_process, launch_rank
 from utils import score_line
 
 
@@ -51,4 +51,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

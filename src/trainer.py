@@ -1,34 +1,30 @@
 """
 The training loop shared by pretraining and finetuning (minGPT's Trainer, as the course has it).
 
-By default it optimises exactly as the course's trainer does: AdamW with weight decay on
-every parameter whose name contains neither "bias" nor "LayerNorm.weight" (the
-LayerNorms here are ln1, ln2 and ln_f, so only the biases escape it); with lr_decay, a
-rate set after every step from the tokens seen so far (block_size-1 per example): a
-linear warmup, then max(0.1, 0.5 (1 + cos(pi progress))) with progress not clamped, so
-that past final_tokens it rises again; gradient-norm clipping; fp32. decay_groups="matmul"
-(nanoGPT's) and lr_schedule="clamped" are the alternatives; the decay groups alone cost
-the course's recipe most of its accuracy (docs/optimisation.md).
+By default it optimises exactly as the course's trainer does: AdamW, weight decay on every
+parameter whose name contains neither "bias" nor "LayerNorm.weight" (here only the biases
+escape it), the course's warmup and cosine by tokens seen (schedule.py), gradient-norm
+clipping, fp32. decay_groups="matmul" (nanoGPT's) and lr_schedule="clamped" are switches;
+the decay groups alone cost the course's recipe most of its accuracy (docs/optimisation.md).
 
 How a step's loss adds up (train_step): every forward pass adds its mean loss times its
 share of the global batch's real targets, times the number of ranks (whose gradients
 DistributedDataParallel averages). So a batch cut into passes (batching.py), split over
-ranks, or scored with GPT-1's auxiliary loss (lm_weight > 0: the question's characters,
-a second kind of target; objective.py) has the gradient of the global batch's mean loss.
+ranks, or scored with GPT-1's auxiliary loss (finetune_lm_weight > 0: the question's
+characters, a second kind of target; objective.py) has the gradient of the batch's mean loss.
 Exact savings, on by default: batches cut after their last real target, CPU passes of
 rows of similar length, the fused AdamW, the loss read back every log_every steps.
 
-A step whose loss is not finite stops training (RunError naming the step) where the loss
-is read back next, before anything from that step on is written. With checkpoint_path,
-a resumable checkpoint (checkpoint.py) is written every checkpoint_minutes and after every
-epoch (without checkpoint_every_epoch, after the last only); in one process SIGINT or
-SIGTERM stop after the step in progress with one (TrainingInterrupted); resume_from, a
-checkpoint read back, goes on exactly where it stopped.
+A non-finite loss stops training (RunError naming the step) where the loss is read back
+next, before anything from that step on is written. With checkpoint_path, the state_dict
+is written (checkpoint.py) every checkpoint_minutes and after every epoch (or the last
+only); in one process SIGINT or SIGTERM stop after the step in progress with one
+(TrainingInterrupted); resume_from, a checkpoint read back, goes on exactly where it stopped.
 """
 
 import contextlib
+import dataclasses
 import logging
-import math
 import random
 import signal
 import time
@@ -42,21 +38,28 @@ from tqdm.auto import tqdm
 
 import checkpoint
 from batching import EpochBatches, forward_passes, rank_rows
-from distributed import pick_device, rank_and_world_size, stop_signals_caught
+from config import HANDOUT
+from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
 from errors import RunError
 from objective import Objective
 from params import save_params
+from schedule import TokenSchedule
+from utils import eval_mode
 
 logger = logging.getLogger(__name__)
 
 CPU_MICRO_BATCH = 16  # rows per forward pass on the CPU: few enough to share a length, enough for efficient matmuls
 COURSE_NO_DECAY = ("bias", "LayerNorm.weight")  # the course's AdamW rule: names containing these are not decayed
-LR_FLOOR = 0.1  # the cosine never takes the rate below 10% of its peak
 NO_STEP = 2**62  # "no non-finite loss yet", larger than any step
 
 
 class TrainerConfig:
-    """Optimisation settings: the class attributes are defaults, every kwarg becomes an attribute."""
+    """
+    Optimisation settings. The class attributes are the course's defaults and this project's
+    controls; recipe=, a config.Recipe, adds every one of its fields by name (a new Recipe
+    field reaches the Trainer with no other line); every other kwarg becomes an attribute and
+    wins. Without a recipe, the Recipe fields that are not attributes here are the handout's.
+    """
 
     # the course's
     max_epochs = 10
@@ -71,16 +74,8 @@ class TrainerConfig:
     ckpt_path = None  # where to save the model's state_dict after every epoch, or None
     num_workers = 0
     writer = None  # a torch.utils.tensorboard.SummaryWriter, or None
-    # this project's (the recipe's fields of the same names: config.Recipe)
+    # this project's controls (its settings are config.Recipe's fields)
     device = "auto"  # "auto", "cuda", "mps" or "cpu"
-    decay_groups = "course"
-    lr_schedule = "course"
-    precision = "fp32"
-    group_by_length = False
-    corrupt_by_epoch = False  # draw each epoch's examples at once with train_dataset.corrupt_all
-    full_padding = False
-    compile = False
-    lm_weight = 0.0  # the recipe's finetune_lm_weight: GPT-1's auxiliary loss on the question (Objective)
     micro_batch_size = None  # rows per forward pass (None: CPU_MICRO_BATCH on the CPU, else all)
     fused_adamw = None  # None: fused on CUDA and the CPU, where PyTorch has a fused AdamW
     log_every = 10  # steps between reading the loss back for the bar and TensorBoard
@@ -89,27 +84,16 @@ class TrainerConfig:
     checkpoint_every_epoch = True  # write it after every epoch (False: after the last, and when the minutes are due)
     resume_from = None  # a checkpoint (checkpoint.read) to go on from; refused unless its identity is run_identity
     run_identity = None  # a dict saved in the checkpoint; resuming with a different one is refused
-    run_facts = None  # a dict saved in the checkpoint as it is (what the model is)
+    params_metadata = None  # a dict saved in the checkpoint as it is (what the model is)
     data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
     epoch_end = None  # called as epoch_end(epochs_done) on every rank after each epoch, e.g. to probe the model
 
-    def __init__(self, **kwargs):
+    def __init__(self, recipe=None, **kwargs):
+        for field in dataclasses.fields(recipe or HANDOUT):
+            if recipe is not None or not hasattr(self, field.name):
+                setattr(self, field.name, getattr(recipe or HANDOUT, field.name))
         for k, v in kwargs.items():
             setattr(self, k, v)
-
-
-def lr_multiplier(tokens, warmup_tokens, final_tokens, clamped=False):
-    """
-    The learning-rate factor after `tokens` training tokens: a linear warmup, then a
-    cosine floored at LR_FLOOR. The course's progress is not clamped, so the cosine
-    rises again past final_tokens (to the peak at progress 2); clamped=True holds it at the floor.
-    """
-    if tokens < warmup_tokens:
-        return tokens / max(1, warmup_tokens)
-    progress = (tokens - warmup_tokens) / max(1, final_tokens - warmup_tokens)
-    if clamped:
-        progress = min(1.0, progress)
-    return max(LR_FLOOR, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def parameter_groups(model, weight_decay, groups="course"):
@@ -148,6 +132,13 @@ class Precision:
         self.scaler.update()
 
 
+def to_device(device, t):
+    """A CPU tensor on the training device; on CUDA through pinned memory, without waiting for the copy."""
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
 class TrainingInterrupted(Exception):
     """SIGINT or SIGTERM stopped training after a step, and a checkpoint of that step was written."""
 
@@ -172,9 +163,9 @@ class Trainer:
         fused = self.device.type in ("cuda", "cpu") if c.fused_adamw is None else c.fused_adamw
         groups = parameter_groups(model, c.weight_decay, c.decay_groups)
         self.optimizer = torch.optim.AdamW(groups, lr=c.learning_rate, betas=c.betas, fused=fused)
-        self.scheduler = LambdaLR(self.optimizer, self.lr_lambda)
-        self.objective = Objective(c.lm_weight)
-        self.tokens_per_example = train_dataset[0][0].numel()
+        self.schedule = TokenSchedule(c, len(train_dataset), train_dataset[0][0].numel())
+        self.scheduler = LambdaLR(self.optimizer, self.schedule.factor)
+        self.objective = Objective(c.finetune_lm_weight)
         self.batches = EpochBatches(train_dataset, c, pin_memory=self.device.type == "cuda")
         self.micro_batch_size = c.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else None)
         # the progress: steps taken, the epoch in progress (0-based), its batches done and loss so far
@@ -186,7 +177,11 @@ class Trainer:
         self.epoch_random_state = random.getstate()  # the span corruption's draws replay from it
         self.last_save = time.monotonic()
         if c.resume_from is not None:
-            checkpoint.restore(self, checkpoint.verified(c.resume_from, c.checkpoint_path, c.run_identity))
+            self.load_state_dict(checkpoint.verified(c.resume_from, c.checkpoint_path, c.run_identity))
+            if self.rank == 0:
+                logger.warning(
+                    "resuming from %s after %d steps (%d epochs done)", c.checkpoint_path, self.step, self.epoch
+                )
         self.forward = self.ddp = model
         if self.world_size > 1:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -194,22 +189,6 @@ class Trainer:
         if c.compile:
             self.forward = torch.compile(self.forward, dynamic=True)
         self.bar = None  # train()'s progress bar, closed when it returns
-
-    def tokens_before(self, step):
-        """Training tokens seen in the batches before batch `step` (0-based): the schedule's clock."""
-        n, bs = len(self.train_dataset), self.config.batch_size
-        epochs, within = divmod(step, math.ceil(n / bs))
-        return (epochs * n + min(within * bs, n)) * self.tokens_per_example
-
-    def lr_lambda(self, step):
-        """
-        The factor of batch `step`'s learning rate. As in the course, the rate is set
-        after each step from the tokens seen so far, so the first step runs at the peak.
-        """
-        c = self.config
-        if not c.lr_decay or step == 0:
-            return 1.0
-        return lr_multiplier(self.tokens_before(step), c.warmup_tokens, c.final_tokens, c.lr_schedule == "clamped")
 
     def train(self):
         """Run the epochs from the start, or from the checkpoint when resuming."""
@@ -288,11 +267,11 @@ class Trainer:
         for i, (xp, yp) in enumerate(passes):
             targets = self.objective.targets(xp, yp)
             shares = [counted * self.world_size * int((t != 0).sum()) / max(1, n) for t, n in zip(targets, totals)]
-            targets = [self.to_device(t) for t in targets]
+            targets = [to_device(self.device, t) for t in targets]
             last = i == len(passes) - 1
             with self.ddp.no_sync() if self.world_size > 1 and not last else contextlib.nullcontext():
                 with self.precision.autocast:
-                    logits, _ = self.forward(self.to_device(xp))
+                    logits, _ = self.forward(to_device(self.device, xp))
                     pass_loss = self.objective.loss(logits, targets, shares)
                 self.precision.backward(pass_loss)
             loss += pass_loss.detach().float()
@@ -312,42 +291,24 @@ class Trainer:
         taken after the steps whose loss is read back (`logged`), due when any rank's clock says so.
         """
         c = self.config
-        if not (c.checkpoint_path and c.checkpoint_minutes):
+        if not (c.checkpoint_path and c.checkpoint_minutes) or (self.world_size > 1 and not logged):
             return False
-        due = time.monotonic() - self.last_save >= 60 * c.checkpoint_minutes
-        if self.world_size == 1:
-            return due
-        if not logged:
-            return False
-        flag = torch.tensor(int(due), device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag)
-
-    def to_device(self, t):
-        """A CPU tensor on the training device; on CUDA through pinned memory, without waiting for the copy."""
-        if self.device.type == "cuda":
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
+        due = torch.tensor(time.monotonic() - self.last_save >= 60 * c.checkpoint_minutes, device=self.device)
+        return bool(over_ranks(due.int(), dist.ReduceOp.MAX))
 
     def read_back(self, value):
         """
         A per-rank loss sum made global and read back, after stopping with RunError if a
         step so far had a non-finite loss (every rank must call this at the same step).
         """
-        first_nonfinite = self.first_nonfinite.clone()
-        if self.world_size > 1:
-            dist.all_reduce(first_nonfinite, op=dist.ReduceOp.MIN)
-            value = value.clone()
-            dist.all_reduce(value)
-            value = value / self.world_size
-        step = int(first_nonfinite)
+        step = int(over_ranks(self.first_nonfinite, dist.ReduceOp.MIN))
         if step != NO_STEP:
-            lr = self.config.learning_rate * self.lr_lambda(step - 1)
+            lr = self.config.learning_rate * self.schedule.factor(step - 1)
             raise RunError(
                 f"the training loss is not finite at step {step} (learning rate {lr:.3g}): "
                 "training stopped; nothing was written from that step on"
             )
-        return value.item()
+        return (over_ranks(value, dist.ReduceOp.SUM) / self.world_size).item()
 
     def log(self, name, value):
         """A scalar for TensorBoard, by step (rank 0's writer, if any)."""
@@ -358,15 +319,51 @@ class Trainer:
         """Write the resumable state to checkpoint_path (rank 0 only; checkpoint.py)."""
         self.last_save = time.monotonic()
         if self.rank == 0:
-            checkpoint.save(self.config.checkpoint_path, checkpoint.state(self))
+            checkpoint.save(self.config.checkpoint_path, self.state_dict(), self.config)
+
+    def state_dict(self):
+        """Everything a resumed run needs to go on as if it had not stopped."""
+        cuda = self.device.type == "cuda"
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.precision.scaler.state_dict(),
+            "epoch": self.epoch,  # the epoch to run next (0-based) ...
+            "batches_done": self.batches_done,  # ... and how many of its batches are done
+            "step": self.step,
+            "epoch_losses": list(self.epoch_losses),
+            "epoch_loss_so_far": float(self.epoch_loss),
+            "data_seed": self.data_seed,
+            "python_random": self.epoch_random_state,  # the span corruption's draws replay from it
+            "torch_random": torch.get_rng_state(),
+            "cuda_random": torch.cuda.get_rng_state(self.device) if cuda else None,  # its GPU's only
+        }
+
+    def load_state_dict(self, state):
+        """Put the model, the optimisation, the progress and the random generators back as state_dict had them."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.scaler.load_state_dict(state["scaler"])
+        self.epoch, self.batches_done, self.step = state["epoch"], state["batches_done"], state["step"]
+        self.epoch_losses = list(state["epoch_losses"])
+        self.epoch_loss = torch.full((), state["epoch_loss_so_far"], device=self.device)
+        self.data_seed = state["data_seed"]
+        random.setstate(state["python_random"])
+        # dropout's generators; the skipped batches are replayed from the data's own generators
+        if self.world_size > 1:  # every rank draws its own dropout
+            torch.manual_seed(state["step"] * self.world_size + self.rank)
+        else:
+            torch.set_rng_state(state["torch_random"])
+            if state["cuda_random"] is not None and self.device.type == "cuda":
+                torch.cuda.set_rng_state(state["cuda_random"], self.device)
 
     @torch.no_grad()
     def evaluate_loss(self, dataset):
         """The mean loss over a dataset, with dropout off; the model's mode is left as it was."""
-        was_training = self.model.training
-        self.model.eval()
         c = self.config
         loader = torch.utils.data.DataLoader(dataset, batch_size=c.batch_size, num_workers=c.num_workers)
-        losses = [self.model(x.to(self.device), y.to(self.device))[1].item() for x, y in loader]
-        self.model.train(was_training)
+        with eval_mode(self.model):
+            losses = [self.model(x.to(self.device), y.to(self.device))[1].item() for x, y in loader]
         return sum(losses) / max(1, len(losses))

@@ -1,5 +1,6 @@
-"""The course's helpers: seeding, sampling from a model, and scoring predicted birthplaces."""
+"""The course's helpers: seeding, sampling from a model, and scoring predicted birthplaces; a model in eval mode."""
 
+import contextlib
 import random
 
 import torch
@@ -12,6 +13,17 @@ def set_seed(seed):
     """Seed Python's and PyTorch's generators (every device)."""
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """The model in eval mode (dropout off) inside the block, and in the train/eval mode it had after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def top_k_logits(logits, k):
@@ -31,19 +43,17 @@ def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
     on. Returns (B, T + steps); the model's train/eval mode is left as it was.
     """
     context = model.get_block_size() - 1
-    was_training = model.training
-    model.eval()
-    for _ in range(steps):
-        logits, _ = model(x[:, -context:])
-        logits = logits[:, -1, :] / temperature
-        if top_k is not None:
-            logits = top_k_logits(logits, top_k)
-        if sample:
-            ix = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
-        else:
-            ix = logits.argmax(dim=-1, keepdim=True)
-        x = torch.cat((x, ix), dim=1)
-    model.train(was_training)
+    with eval_mode(model):
+        for _ in range(steps):
+            logits, _ = model(x[:, -context:])
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                logits = top_k_logits(logits, top_k)
+            if sample:
+                ix = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            else:
+                ix = logits.argmax(dim=-1, keepdim=True)
+            x = torch.cat((x, ix), dim=1)
     return x
 
 

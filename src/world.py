@@ -29,6 +29,7 @@ real data), and the same sizes and seed always give byte-identical files.
 """
 
 import argparse
+import inspect
 import itertools
 import random
 import re
@@ -70,11 +71,10 @@ NAME_CAPACITY = FIRST_NAMES * len(STEMS) * len(LAST_ENDINGS)  # distinct (first,
 PLACE_CAPACITY = len(STEMS) * len(PLACE_SUFFIXES)
 MIDDLE_NAME_RATE = 0.2
 # run.sh demo's world (docs/demo.md): 50 dev people, so that its accuracies move in steps of 2%;
-# 60 places, so that the most frequent one is a weak baseline; five biographies a person, so that
-# every seed 0-4 answers at least half of dev (with four, seed 2 answered 40%)
+# 60 places, so that the most frequent one is a weak baseline; five biographies a person (docs/demo.md says why)
 DEMO_WORLD = "--n_train 100 --n_dev 50 --n_test 5 --n_places 60 --bios_per_person 5 --shuffle_sentences --full_names"
 
-ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s: 4.4% for the top one of 300
+ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s
 
 OCCUPATIONS = (
     "painter",
@@ -248,42 +248,35 @@ def write_world(folder, **kwargs):
 
 def parse_args(argv=None):
     """world.py's command line: (the parser, the folder, the seed, write_world's other arguments)."""
+    defaults = {name: p.default for name, p in inspect.signature(build_world).parameters.items()}
     parser = argparse.ArgumentParser(
         prog="world.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("folder", help="where to write the four files (created if missing)")
-    parser.add_argument("--n_train", type=int, default=600, help="people with a training pair (default 600)")
-    parser.add_argument("--n_dev", type=int, default=200, help="people in birth_dev.tsv (default 200)")
-    parser.add_argument("--n_test", type=int, default=200, help="people in birth_test_inputs.tsv (default 200)")
-    parser.add_argument("--n_places", type=int, default=300, help="distinct places (default 300)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--bios_per_person",
-        type=int,
-        default=1,
-        help=f"biographies of each person, each from another template (1 to {len(TEMPLATES)}; default 1)",
+    sizes = dict(
+        n_train="people with a training pair",
+        n_dev="people in birth_dev.tsv",
+        n_test="people in birth_test_inputs.tsv",
+        n_places="distinct places",
+        bios_per_person=f"biographies of each person, each from another template (1 to {len(TEMPLATES)})",
     )
+    for name, what in sizes.items():
+        parser.add_argument(f"--{name}", type=int, default=defaults[name], help=f"{what} (default {defaults[name]})")
+    parser.add_argument("--seed", type=int, default=defaults["seed"])
     parser.add_argument("--shuffle_sentences", action="store_true", help="shuffle each biography's sentences")
     parser.add_argument("--full_names", action="store_true", help="the full name wherever a template has the last name")
     args = parser.parse_args(argv)
-    sizes = dict(
-        n_train=args.n_train,
-        n_dev=args.n_dev,
-        n_test=args.n_test,
-        n_places=args.n_places,
-        bios_per_person=args.bios_per_person,
-    )
-    try:
-        check_sizes(**sizes)
-    except ValueError as e:
-        parser.error(str(e))
-    options = dict(sizes, shuffle_sentences=args.shuffle_sentences, full_names=args.full_names)
+    options = {name: value for name, value in vars(args).items() if name not in ("folder", "seed")}
     return parser, args.folder, args.seed, options
 
 
 def main(argv=None):
-    _, folder, seed, options = parse_args(argv)
-    for path in write_world(folder, seed=seed, **options).values():
+    parser, folder, seed, options = parse_args(argv)
+    try:
+        paths = write_world(folder, seed=seed, **options)
+    except ValueError as e:  # the sizes make no world
+        parser.error(str(e))
+    for path in paths.values():
         with open(path, encoding="utf-8") as f:
             print(f"{path}: {sum(1 for _ in f)} lines")
     return 0

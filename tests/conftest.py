@@ -16,8 +16,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "experiments"))
+sys.path.insert(0, str(ROOT / "src"))  # first: a module of the product is never shadowed by a research script's
 
 # The working directory of the command lines the tests run, so that their TensorBoard logs
 # (expt/ under the working directory) stay out of the checkout.

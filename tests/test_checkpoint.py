@@ -1,6 +1,6 @@
 """
 checkpoint.py: what a checkpoint belongs to (its identity) and the checkpoints it refuses;
-params.py: the facts beside a params file.
+params.py: the metadata beside a params file.
 """
 
 import dataclasses
@@ -16,7 +16,7 @@ from conftest import TINY, another_value, checkpoint_steps, one_line_error
 from dataset import CharCorruptionDataset
 from errors import RunError
 from model import GPT, GPTConfig
-from params import read_facts, save_params_with_facts, write_facts
+from params import read_metadata, save_params_with_metadata, write_metadata
 from trainer import Trainer, TrainerConfig
 
 CFG = RunConfig("pretrain", "vanilla", "wiki.txt", writing_params_path="p.params")
@@ -93,28 +93,28 @@ def test_a_checkpoint_of_the_code_before_is_refused_in_one_line(tmp_path, tiny_w
 
 def test_facts_round_trip_and_a_broken_facts_file_is_one_line(tmp_path):
     params_path = str(tmp_path / "p.params")
-    assert read_facts(params_path) is None  # params of the course's code have no facts
-    write_facts(params_path, {"variant": "perceiver", "bottleneck_dim": 64, "vocabulary": "aé\t"})
-    assert read_facts(params_path) == {"variant": "perceiver", "bottleneck_dim": 64, "vocabulary": "aé\t"}
+    assert read_metadata(params_path) is None  # params of the course's code have no metadata
+    write_metadata(params_path, {"variant": "perceiver", "bottleneck_dim": 64, "vocabulary": "aé\t"})
+    assert read_metadata(params_path) == {"variant": "perceiver", "bottleneck_dim": 64, "vocabulary": "aé\t"}
     (tmp_path / "p.params.json").write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(RunError, match=r"p.params.json \(what .* is\) cannot be read: not a JSON object"):
-        read_facts(params_path)
+        read_metadata(params_path)
 
 
 def test_params_never_keep_another_runs_facts(tmp_path, monkeypatch):
-    """A crash while the params are written leaves params without facts, not with the earlier run's."""
+    """A crash while the params are written leaves params without metadata, not with the earlier run's."""
     params_path = str(tmp_path / "p.params")
     model = torch.nn.Linear(2, 2)
-    save_params_with_facts(model, params_path, {"variant": "vanilla", "run": 1})
-    assert read_facts(params_path) == {"variant": "vanilla", "run": 1}
+    save_params_with_metadata(model, params_path, {"variant": "vanilla", "run": 1})
+    assert read_metadata(params_path) == {"variant": "vanilla", "run": 1}
 
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr(params, "save_params", crash)
     with pytest.raises(OSError):
-        save_params_with_facts(model, params_path, {"variant": "vanilla", "run": 2})
-    assert read_facts(params_path) is None
+        save_params_with_metadata(model, params_path, {"variant": "vanilla", "run": 2})
+    assert read_metadata(params_path) is None
 
 
 def test_on_cuda_the_checkpoint_comes_every_few_minutes_and_at_the_end_not_every_epoch(tiny_world, tmp_path):

@@ -21,7 +21,7 @@ from conftest import CPU_FLAGS, ROOT, RUNS_DIR, SMALL, TINY, cli, evaluate_args,
 from conftest import run_main as main
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
-from params import read_facts, save_params
+from params import read_metadata, save_params
 from trainer import Trainer
 from world import PLACE_SUFFIXES, write_world
 
@@ -179,7 +179,7 @@ def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tm
     assert any(name.startswith("two_stages_stage2_vanilla_") for name in logs)
     # snapshots beside the params, their epochs and seconds counted on from the first stage's
     assert hooks.snapshots(str(kept)) == [(2, f"{kept}.epoch2"), (4, f"{kept}.epoch4")]
-    early, late = read_facts(f"{kept}.epoch2"), read_facts(f"{kept}.epoch4")
+    early, late = read_metadata(f"{kept}.epoch2"), read_metadata(f"{kept}.epoch4")
     assert (early["epochs"], late["epochs"]) == (2, 4) and early["training_seconds"] <= late["training_seconds"]
     assert all(torch.equal(t, fresh[k]) for k, t in torch.load(f"{kept}.epoch2", weights_only=True).items())
 
@@ -474,15 +474,15 @@ def test_a_recipe_sets_the_model_size_length_grouping_and_optimisation_and_flags
     monkeypatch.setitem(RECIPES, "narrow", recipe)
     common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--recipe", "narrow", "--pretrain_epochs", 1, *CPU_FLAGS]
     assert main(*common, "--writing_params_path", tmp_path / "a.params", "--keep_checkpoint") == 0
-    facts = read_facts(str(tmp_path / "a.params"))
-    assert (facts["n_layer"], facts["n_head"], facts["n_embd"]) == (2, 2, 24)
+    metadata = read_metadata(str(tmp_path / "a.params"))
+    assert (metadata["n_layer"], metadata["n_head"], metadata["n_embd"]) == (2, 2, 24)
     checkpoint = torch.load(tmp_path / "a.params.ckpt", weights_only=True)
     assert checkpoint["run_identity"]["group_by_length"] is True
     assert [group["weight_decay"] for group in checkpoint["optimizer"]["param_groups"]] == [0.0, 0.0]
     assert checkpoint["optimizer"]["param_groups"][0]["lr"] > 0.9 * recipe.pretrain_lr  # a 200-epoch half period
     flags = ["--n_embd", 16, "--no-group_by_length", "--weight_decay", 0.05, "--decay_epochs", 1, "--keep_checkpoint"]
     assert main(*common, "--writing_params_path", tmp_path / "b.params", *flags) == 0
-    assert read_facts(str(tmp_path / "b.params"))["n_embd"] == 16
+    assert read_metadata(str(tmp_path / "b.params"))["n_embd"] == 16
     checkpoint = torch.load(tmp_path / "b.params.ckpt", weights_only=True)
     assert checkpoint["run_identity"]["group_by_length"] is False
     assert [group["weight_decay"] for group in checkpoint["optimizer"]["param_groups"]] == [0.05, 0.0]
@@ -524,7 +524,7 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
     assert params.exists()
     checkpoint = torch.load(f"{params}.ckpt", weights_only=True)  # the second stage's, the one checkpoint
     identity = checkpoint["run_identity"]
-    assert checkpoint["run_facts"]["recipe"] == "cpu" and identity["dropout"] == 0.0 and identity["stage"] == 2
+    assert checkpoint["params_metadata"]["recipe"] == "cpu" and identity["dropout"] == 0.0 and identity["stage"] == 2
     assert identity["corrupt_by_epoch"] == corrupt_by_epoch
     assert identity["pretrain_lr"] == RECIPES["cpu"].pretrain_lr  # the first stage's, which gives none of its own
     assert sorted(os.listdir(tmp_path)) == ["pre.params", "pre.params.ckpt", "pre.params.json"]
@@ -572,7 +572,7 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     probe_answered = int(re.search(r"epoch 100: .* answers (\d+) of its 60 questions", probe).group(1))
     checkpoint = torch.load(f"{params}.ckpt", weights_only=True)
     assert checkpoint["run_identity"]["examples"] == 84 + 60
-    assert f"--mix_corpus_path {train}" in checkpoint["run_facts"]["command"]
+    assert f"--mix_corpus_path {train}" in checkpoint["params_metadata"]["command"]
     # the cosine decays over decay_epochs epochs of corpus and pairs; without pairs, of the corpus alone
     assert configs[0].final_tokens == HANDOUT.decay_epochs * (84 + 60) * BLOCK_SIZE
     plain = ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "plain.params"]
@@ -818,3 +818,59 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
         (tmp_path / "assignment5.zip").write_text("an older zip")
         code, _, err = collect(tmp_path, *args)
         assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "assignment5.zip").exists(), err
+
+
+TOY_ATTENTION = '''
+
+class ToyAttention(CausalSelfAttention):
+    """A test's variant: causal self-attention whose output a learned gain scales."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.gain = nn.Parameter(torch.ones(()))
+
+    def forward(self, x, cache=None, q_start=0):
+        return self.gain * super().forward(x, cache, q_start)
+'''
+
+
+def edited(path, old, new):
+    """Replace the one occurrence of `old` in the file at `path` with `new` (a step of README's, done by hand)."""
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{path.name} no longer has {old!r}: README's steps for a new variant need updating"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_new_variant_is_a_class_and_its_name_as_readme_says(tiny_world, tmp_path):
+    """
+    README's steps for a new attention variant, followed in a copy of src/ with a toy one: it
+    pretrains, finetunes from its params and evaluates, and its params are told from vanilla's.
+    """
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "`model.VARIANTS`" in readme and "`model.SELF_ATTENTION`" in readme
+    (src / "attention.py").write_text((src / "attention.py").read_text(encoding="utf-8") + TOY_ATTENTION)
+    edited(src / "model.py", '"synthesizer", "rope")', '"synthesizer", "rope", "toy")')
+    edited(
+        src / "model.py",
+        '{"synthesizer": SynthesizerAttention}',
+        '{"synthesizer": SynthesizerAttention, "toy": ToyAttention}',
+    )
+    edited(src / "model.py", "from attention import ", "from attention import ToyAttention, ")
+    wiki, pre, ft = tiny_world["wiki.txt"], tmp_path / "pre.params", tmp_path / "ft.params"
+    commands = [
+        ["pretrain", "toy", wiki, "--writing_params_path", pre, "--pretrain_epochs", 2, *TINY],
+        [*finetune_args("toy", wiki, ft, tiny_world["train.tsv"]), "--reading_params_path", pre, *TINY],
+        [*evaluate_args("toy", wiki, ft, tiny_world["dev.tsv"], tmp_path / "dev.predictions"), *TINY],
+    ]
+    for command in commands:
+        done = run_process([sys.executable, str(src / "run.py"), *map(str, command)], timeout=300, cwd=RUNS_DIR)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert "Correct: " in done.stdout and "out of 24" in done.stdout
+    gains = [key for key in torch.load(ft, weights_only=True) if key.endswith("attn.gain")]
+    assert len(gains) == 2, "each block's toy attention is trained and saved"
+    vanilla = evaluate_args("vanilla", wiki, ft, tiny_world["dev.tsv"], tmp_path / "v.predictions")
+    done = run_process([sys.executable, str(src / "run.py"), *map(str, vanilla), *TINY], timeout=300, cwd=RUNS_DIR)
+    assert done.returncode == 2 and f"params file {ft} was trained as toy" in done.stderr, done.stderr

@@ -149,7 +149,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def params_files(tiny_world, tmp_path_factory):
     """
-    Params of several kinds, trained for one epoch on the tiny world, without the facts beside
+    Params of several kinds, trained for one epoch on the tiny world, without the metadata beside
     them (as the course's code writes params): the checks that read the weights alone.
     """
     folder = tmp_path_factory.mktemp("params")
@@ -225,7 +225,7 @@ def test_bad_params_files(case, variant, flags, message, params_files, tiny_worl
 
 
 def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
-    """The facts beside a params file supply the sizes left out and refuse contradicting ones, or another vocabulary."""
+    """The metadata beside params supplies the sizes left out; contradicting ones, another vocabulary: refused."""
     wiki, dev = tiny_world["wiki.txt"], tiny_world["dev.tsv"]
     params, outputs = tmp_path / "p.params", tmp_path / "dev.predictions"
     assert (
@@ -242,15 +242,15 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
         )
         == 0
     )
-    facts = json.loads((tmp_path / "p.params.json").read_text(encoding="utf-8"))
+    metadata = json.loads((tmp_path / "p.params.json").read_text(encoding="utf-8"))
     text = open(wiki, encoding="utf-8").read()
-    assert {k: facts[k] for k in ["variant", "n_layer", "n_head", "n_embd", "block_size"]} == dict(
+    assert {k: metadata[k] for k in ["variant", "n_layer", "n_head", "n_embd", "block_size"]} == dict(
         variant="vanilla", n_layer=2, n_head=2, n_embd=16, block_size=128
     )
-    assert facts["vocabulary"] == "".join(sorted(set(text))) and "pretrain vanilla" in facts["command"]
-    assert torch.load(tmp_path / "p.params.ckpt", weights_only=True)["run_facts"] == facts
+    assert metadata["vocabulary"] == "".join(sorted(set(text))) and "pretrain vanilla" in metadata["command"]
+    assert torch.load(tmp_path / "p.params.ckpt", weights_only=True)["params_metadata"] == metadata
     assert set(torch.load(params, weights_only=True)) == set(
-        GPT(GPTConfig(len(facts["vocabulary"]) + 2, 128, n_layer=2, n_head=2, n_embd=16)).state_dict()
+        GPT(GPTConfig(len(metadata["vocabulary"]) + 2, 128, n_layer=2, n_head=2, n_embd=16)).state_dict()
     )
 
     no_sizes = CPU_FLAGS
@@ -260,7 +260,7 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
             *no_sizes,
         )
         == 0
-    ), "the sizes come from the facts"
+    ), "the sizes come from the metadata"
     err = one_line_error(
         capsys,
         *evaluate_args("vanilla", wiki, params, dev, tmp_path / "other"),
@@ -280,7 +280,7 @@ def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
     assert "another vocabulary" in err and "1 characters only there, 1 only here" in err
     assert not (tmp_path / "other").exists()
 
-    (tmp_path / "p.params.json").unlink()  # params without facts (the course's): the flags decide, as before
+    (tmp_path / "p.params.json").unlink()  # params without metadata (the course's): the flags decide, as before
     assert (
         main(
             *evaluate_args("vanilla", wiki, params, dev, outputs),

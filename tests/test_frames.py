@@ -151,7 +151,7 @@ def test_evaluate_asks_in_the_frames_and_answers_each_name_as_if_asked_alone(tin
     assert len(predictions) == 24 and all(answer and frames.place_in(answer) == answer for answer in predictions)
 
     cfg = RunConfig("evaluate", "vanilla", wiki, reading_params_path=str(params), device="cpu")
-    setup = pipeline.build(*pipeline.resolved(cfg))
+    setup, _ = pipeline.load(cfg)
     training = [tuple(line.split("\t")) for line in open(tiny_world["train.tsv"], encoding="utf-8").read().splitlines()]
     names = [frames.name_of(question) for question, _ in dev[:6]]
     together = frames.answers(setup.model, setup.corpus, names, training, 3, "cpu")

@@ -19,10 +19,11 @@ import text_loss
 from batching import forward_passes, rank_rows
 from config import Recipe, RunConfig
 from dataset import MASK_CHAR, NameDataset
-from decoding import greedy_completions, next_character_choices
+from decoding import greedy_completions
 from errors import RunError
 from inputs import held_out_split, load_corpus
 from model import GPT, variant_config
+from next_chars import next_character_choices
 from objective import Objective, question_lm_targets
 from trainer import Trainer, TrainerConfig
 from world import build_world
@@ -66,7 +67,7 @@ def trained(tmp_path_factory):
 
 
 def load(folder, params):
-    setup = pipeline.build(*pipeline.resolved(cfg("evaluate", folder, reading_params_path=str(folder / params))))
+    setup, _ = pipeline.load(cfg("evaluate", folder, reading_params_path=str(folder / params)))
     return setup.model.eval(), setup.corpus
 
 
@@ -272,7 +273,7 @@ def test_a_zero_weight_takes_the_course_step_and_a_positive_one_another(trained)
         torch.manual_seed(0)
         model = GPT(variant_config("vanilla", corpus.vocab_size, 128, **SIZES, dropout=0.0))
         config = TrainerConfig(max_epochs=1, batch_size=16, learning_rate=1e-3, device="cpu", data_seed=0,
-                               lm_weight=weight)  # fmt: skip
+                               finetune_lm_weight=weight)  # fmt: skip
         Trainer(model, names, None, config).train()
         params[weight] = model.state_dict()
     torch.manual_seed(0)

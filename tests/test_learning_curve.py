@@ -7,9 +7,9 @@ import torch
 
 import learning_curve
 import plot_curves
-import recall
+import recall_probes
 from conftest import SMALL
-from params import read_facts
+from params import read_metadata
 
 
 @pytest.mark.slow
@@ -41,12 +41,12 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     minutes = [float(row["training_minutes"]) for row in rows]
     assert 0 < minutes[0] < minutes[1]
 
-    # the last snapshot is the finished pretraining; each snapshot's facts say when it was taken
+    # the last snapshot is the finished pretraining; each snapshot's metadata says when it was taken
     snapshot = str(out / "pretrain.params.epoch2")
     final = torch.load(out / "pretrain.params", weights_only=True)
     assert all(torch.equal(t, final[k]) for k, t in torch.load(snapshot, weights_only=True).items())
-    facts = read_facts(snapshot)
-    assert facts["epochs"] == 2 and facts["training_seconds"] == pytest.approx(60 * minutes[1], abs=0.1)
+    metadata = read_metadata(snapshot)
+    assert metadata["epochs"] == 2 and metadata["training_seconds"] == pytest.approx(60 * minutes[1], abs=0.1)
     # the accuracy is that of the predictions left beside the curve
     places = [line.split("\t")[1] for line in open(tiny_world["dev.tsv"], encoding="utf-8").read().splitlines()]
     for row in rows:
@@ -70,7 +70,7 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     # the probes: each recalls what the curve's last row says, and the position probe moves the biography
     capsys.readouterr()
     common = ["vanilla", tiny_world["wiki.txt"], "--eval_corpus_path", tiny_world["dev.tsv"]]
-    assert recall.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--positions"]) == 0
+    assert recall_probes.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--positions"]) == 0
     lines = capsys.readouterr().out.splitlines()
     last = rows[-1]
     assert lines[0].startswith(f"from the biography: recalls {last['recalled']} of 24 ")
@@ -79,12 +79,12 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     moved = ["the biography after ' '", f"the biography after {' ' * 10!r}", "the biography after 'Where was '"]
     assert [line.split(":")[0] for line in lines[3:]] == moved
     assert all(" of 24 " in line for line in lines)
-    assert recall.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--prefix", ""]) == 0
+    assert recall_probes.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--prefix", ""]) == 0
     empty_prefix = capsys.readouterr().out.splitlines()[3]
     assert lines[0].split(":")[1] == empty_prefix.split(":")[1]  # nothing before the biography: the same prompts
-    assert recall.main([*common, "--reading_params_path", str(out / "missing.params")]) == 2
+    assert recall_probes.main([*common, "--reading_params_path", str(out / "missing.params")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("recall.py: error: ") and err.endswith("missing.params does not exist"), err
+    assert err.startswith("recall_probes.py: error: ") and err.endswith("missing.params does not exist"), err
 
 
 def test_learning_curve_scores_a_pretraining_with_mixed_pairs(tiny_world, tmp_path):

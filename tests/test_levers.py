@@ -15,7 +15,7 @@ from dataset import MASK_CHAR, CharCorruptionDataset
 from errors import RunError
 from inputs import load_corpus
 from model import GPT, GPTConfig
-from params import read_facts
+from params import read_metadata
 
 
 def test_full_names_replace_a_lone_surname_and_a_sentence_starting_pronoun():
@@ -150,7 +150,7 @@ def test_finetuning_with_adapters_or_on_recalled_people_from_the_command_line(ti
     flags = ["--full_names", "--clause_dropout", "0.2", "--pretrain_stages", "pairs pair_copies=2; corpus+pairs"]
     args = ["pretrain", "vanilla", corpus, "--writing_params_path", pretrained, "--mix_corpus_path", train]
     assert run_main(*args, "--pretrain_epochs", "2", *flags, *SMALL) == 0
-    assert read_facts(str(pretrained))["command"].count("pair_copies=2") == 1
+    assert read_metadata(str(pretrained))["command"].count("pair_copies=2") == 1
 
     finetuned = tmp_path / "lora.params"
     from_pretrained = ["--reading_params_path", pretrained, *SMALL]

@@ -33,7 +33,7 @@ from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
 from model import GPT, GPTConfig
-from params import read_facts
+from params import read_metadata
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 
 # --- checkpoints and resume ------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ def test_training_outlives_its_tensorboard_folder(tiny_world, tmp_path, caplog):
         device="cpu", tensorboard_root=str(tmp_path / "expt"),
     )  # fmt: skip
     pipeline.pretrain(cfg, on_epoch_end=[remove_the_log])
-    assert removed and (tmp_path / "p.params").exists() and read_facts(str(tmp_path / "p.params"))
+    assert removed and (tmp_path / "p.params").exists() and read_metadata(str(tmp_path / "p.params"))
     said = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
     assert len(said) == 1 and said[0].endswith("training goes on without it") and removed[0] in said[0], said
 
@@ -538,7 +538,7 @@ def train_on_ranks(rank, world_size, port, wiki, results, rope=False, pairs=None
     config = TrainerConfig(
         max_epochs=2,
         batch_size=16 if pairs is None else 59,
-        lm_weight=0.0 if pairs is None else 0.5,
+        finetune_lm_weight=0.0 if pairs is None else 0.5,
         learning_rate=3e-3,
         lr_decay=True,
         warmup_tokens=100,

@@ -13,7 +13,8 @@ from config import HANDOUT
 from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
 from model import GPT, GPTConfig, variant_config
-from trainer import Trainer, TrainerConfig, lr_multiplier, parameter_groups
+from schedule import lr_multiplier
+from trainer import Trainer, TrainerConfig, parameter_groups
 from utils import set_seed
 from world import build_world
 
@@ -239,3 +240,50 @@ def test_test_dataset_loss_is_reported(names, tmp_path):
     reported = [e.value for e in events.Scalars("test/loss")]
     assert len(reported) == 2 and reported[-1] == pytest.approx(trainer.evaluate_loss(ds))
     assert model.training, "evaluating the loss leaves the model's mode as it was"
+
+
+def test_a_new_recipe_field_reaches_the_trainer_and_the_checkpoint(tiny_world, tmp_path, monkeypatch):
+    """A field added to (a copy of) Recipe is in the TrainerConfig of a real run, and in its checkpoint's identity."""
+    import pipeline
+    from config import RunConfig
+
+    extended = dataclasses.make_dataclass(
+        "Extended", [("new_setting", int, dataclasses.field(default=7))], bases=(type(HANDOUT),), frozen=True
+    )
+    seen = []
+
+    class Recording(Trainer):
+        def train(self):
+            seen.append(self.config.new_setting)
+            super().train()
+
+    monkeypatch.setattr(pipeline, "Trainer", Recording)
+    recipe = extended(n_layer=2, n_head=2, n_embd=16, pretrain_epochs=1, pretrain_batch_size=16, new_setting=9)
+    params = str(tmp_path / "p.params")
+    cfg = RunConfig("pretrain", "vanilla", tiny_world["wiki.txt"], writing_params_path=params, recipe=recipe)
+    pipeline.pretrain(dataclasses.replace(cfg, device="cpu", num_workers=0, keep_checkpoint=True))
+    assert seen == [9]
+    assert torch.load(params + ".ckpt", weights_only=True)["run_identity"]["new_setting"] == 9
+
+
+def test_a_trainer_goes_on_from_another_trainers_state_dict():
+    """Two epochs, or one and then one more by a fresh Trainer given the first one's state_dict: the same params."""
+    corpus = CharCorruptionDataset(build_world(n_train=40, n_dev=5, n_test=5)["wiki.txt"], 128)
+
+    def trainer(epochs, seed=0):
+        set_seed(seed)  # the second Trainer's model and generators start elsewhere: its state_dict puts them back
+        model = GPT(GPTConfig(corpus.vocab_size, 128, n_layer=2, n_head=2, n_embd=16))
+        config = TrainerConfig(max_epochs=epochs, batch_size=16, learning_rate=1e-3, lr_decay=True, device="cpu")
+        return Trainer(model, corpus, None, config)
+
+    whole = trainer(2)
+    whole.train()
+    first = trainer(1)
+    first.train()
+    state = first.state_dict()  # the random generators as they are now, before the next model draws from them
+    second = trainer(2, seed=1)
+    second.load_state_dict(state)
+    second.train()
+    assert second.step == whole.step and second.epoch_losses == whole.epoch_losses
+    for name, value in whole.model.state_dict().items():
+        assert torch.equal(second.model.state_dict()[name], value), name

@@ -10,8 +10,8 @@ import torch
 import decoding
 import files
 from dataset import MASK_CHAR, CharCorruptionDataset
-from decoding import birthplace_recall, recalled_places
-from evaluation import PROBES, recalled_pairs
+from decoding import recalled_places
+from evaluation import PROBES, probed_recall, recalled_pairs
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig
 from utils import evaluate_places, sample, score_line, set_seed
@@ -131,23 +131,21 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
             corpus.vocab_size, 128, n_layer=2, n_head=2, n_embd=64, embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0
         )
     )
-    before = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
+    before = probed_recall(model, corpus, pairs, "cpu")
     Trainer(model, corpus, None, TrainerConfig(max_epochs=300, batch_size=8, learning_rate=3e-3, device="cpu")).train()
-    after = birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
+    after = probed_recall(model, corpus, pairs, "cpu")
     assert before == (0, 6) and after == (6, 6)
     per_pair = recalled_places(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
     assert per_pair == [True] * 6 + [None, None]  # Greta's place is not in her document; Hugo has none
     for prompt in (PROBES["biography"], lambda name, _: f"{name}. {name} was born in "):
-        assert birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu", prompt) == (6, 6)
+        assert probed_recall(model, corpus, pairs, "cpu", prompt) == (6, 6)
     assert recalled_pairs(model, corpus, pairs, "cpu", PROBES["biography"]) == pairs[:6]  # finetune_people's choice
     names = [name for name, _ in people]
     neighbour = dict(zip(names, names[1:] + names[:1]))  # every prompt names another person, born elsewhere
-    swapped = birthplace_recall(
+    swapped = probed_recall(
         model,
-        corpus.data,
+        corpus,
         pairs,
-        corpus.stoi,
-        corpus.itos,
         "cpu",
         prompt=lambda name, _: f"{neighbour[name]}. {neighbour[name]} was born in ",
     )
@@ -173,7 +171,7 @@ def test_the_question_probe_asks_the_question_with_its_mask(monkeypatch):
     monkeypatch.setattr(decoding, "greedy_completions", completions)
     pairs = [("Where was Ada Berg born?", "Oslo")]
     model = GPT(GPTConfig(corpus.vocab_size, 128, n_layer=1, n_head=1, n_embd=8))
-    assert birthplace_recall(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu", PROBES["question"]) == (1, 1)
+    assert probed_recall(model, corpus, pairs, "cpu", PROBES["question"]) == (1, 1)
     assert asked == [f"Where was Ada Berg born?{MASK_CHAR}"]
 
 

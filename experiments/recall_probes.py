@@ -2,7 +2,7 @@
 How many held-out birthplaces a pretrained model has memorised, and where they are keyed:
 `python src/recall.py` (pipeline.recall) with other prompts.
 
-    python experiments/recall.py vanilla wiki.txt --reading_params_path pretrain.params \\
+    python experiments/recall_probes.py vanilla wiki.txt --reading_params_path pretrain.params \\
         --eval_corpus_path birth_dev.tsv [--positions] [--prefix TEXT ...]
 
 Three lines, one per probe of evaluation.PROBES, each over the same people: the biographies
@@ -14,20 +14,24 @@ puts the name where the finetuning questions have it (docs/cpu-recipe.md: "where
 texts of one's own.
 """
 
-import sys
-
 import src_path  # noqa: F401
 
 # isort: split
 import pipeline
 from arguments import exit_status, params_parser, reading_config
-from evaluation import PROBES, after
+from distributed import exit_process
+from evaluation import PROBES
 
 POSITIONS = [" ", " " * 10, "Where was "]
 
 
+def after(prefix):
+    """The biography probe with the biography put after `prefix` (where is the fact keyed?)."""
+    return lambda name, before: prefix + before
+
+
 def main(argv=None):
-    parser = params_parser(__doc__, "the pretrained params to probe", prog="recall.py")
+    parser = params_parser(__doc__, "the pretrained params to probe", prog="recall_probes.py")
     parser.add_argument("--eval_corpus_path", required=True, help="held-out question<TAB>place pairs")
     parser.add_argument("--positions", action="store_true", help="also probe with the biography moved (see above)")
     parser.add_argument("--prefix", action="append", default=[], help="also probe after this text (repeatable)")
@@ -41,8 +45,8 @@ def main(argv=None):
             recalled, probed = pipeline.recall(cfg, prompt)
             print(f"{label}: recalls {recalled} of {probed} birthplaces ({recalled / max(1, probed):.1%})", flush=True)
 
-    return exit_status("recall.py", run)
+    return exit_status("recall_probes.py", run)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())
