@@ -120,8 +120,7 @@ def load(cfg):
     (Setup, device): cfg's corpus and model, the params at reading_params_path in it, on cfg's
     device (torchrun's group joined): how research scripts and tests get a model from a RunConfig.
     """
-    cfg, metadata = resolved(cfg)
-    setup, device = build(cfg, metadata), start_device(cfg)
+    setup, device = build(*resolved(cfg)), start_device(cfg)  # the device is cfg's, whatever the recipe
     setup.model.to(device)
     return setup, device
 

@@ -293,8 +293,10 @@ class Trainer:
         c = self.config
         if not (c.checkpoint_path and c.checkpoint_minutes) or (self.world_size > 1 and not logged):
             return False
-        due = torch.tensor(time.monotonic() - self.last_save >= 60 * c.checkpoint_minutes, device=self.device)
-        return bool(over_ranks(due.int(), dist.ReduceOp.MAX))
+        due = time.monotonic() - self.last_save >= 60 * c.checkpoint_minutes
+        if self.world_size == 1:  # no device round trip: a CUDA step must not wait for the GPU
+            return due
+        return bool(over_ranks(torch.tensor(int(due), device=self.device), dist.ReduceOp.MAX))
 
     def read_back(self, value):
         """
