@@ -4,6 +4,7 @@ Measures what the fast paths save, side by side in one run on this machine.
     python experiments/benchmark.py [--variants vanilla perceiver synthesizer rope] [--eval_questions 500]
         [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data] [recipe flags]
     python experiments/benchmark.py --profile_steps 50 [--variants vanilla] [recipe flags]
+    python experiments/benchmark.py --count_dispatches 20 [--variants vanilla] [recipe flags]
     python experiments/benchmark.py --matmul_rate
 
 It starts with one core's fp32 matmul rate (GFLOP/s, the best of 2 s of 512 x 512 products):
@@ -20,6 +21,10 @@ way's other settings, side by side with the same straightforward loop: e.g.
 sizes are not among them). --profile_steps N instead times drawing an epoch's batches
 and N pretraining steps of the fast way on batches in memory (after one pass over them,
 so that every batch width has been met), then prints torch.profiler's table of N more.
+--count_dispatches N instead counts the aten operators N such steps dispatch (a
+TorchDispatchMode), and those the host waits for (a scalar read back, nonzero: on a GPU
+each a sync), with the rows cut, padded to the block size, and of one shape
+(fixed_shapes), and those of reading the loss back.
 Both ways use the same model, batch sizes and optimizer (the fused AdamW on CUDA and the
 CPU). The answers of both decoders on the same model are compared and must be identical.
 
@@ -45,6 +50,7 @@ with --full_padding --sequential_decoding (the course's loops) and once with the
 """
 
 import argparse
+import collections
 import copy
 import dataclasses
 import itertools
@@ -63,6 +69,7 @@ import src_path  # noqa: F401
 # isort: split
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from arguments import add_recipe_flags, recipe_fields_given
@@ -73,11 +80,19 @@ from distributed import pick_device
 from files import DATA_DIR
 from model import GPT, VARIANTS, variant_config
 from pipeline import trainer_config
-from trainer import Trainer
+from trainer import CPU_MICRO_BATCH, Trainer
 from utils import set_seed
 from world import FILES, write_world
 
 SWEEP_STEPS = 3
+# the batch shapes whose dispatches are counted: (recipe fields, rows a forward pass, None: all)
+BATCH_SHAPES = {
+    f"cut, passes of {CPU_MICRO_BATCH} rows (the CPU's)": ({}, CPU_MICRO_BATCH),
+    "cut, one pass (CUDA's)": ({}, None),
+    "full_padding": (dict(full_padding=True), None),
+    "fixed_shapes": (dict(fixed_shapes=True), None),
+}
+HOST_READS = ("_local_scalar_dense", "item", "nonzero", "is_nonzero")  # aten operators the host waits for
 # Dense peak TFLOP/s without tensor cores (fp32, the handout's precision), from the vendors' data sheets,
 # by a part of torch.cuda.get_device_name(); the first match wins.
 PEAK_FP32_TFLOPS = {
@@ -200,21 +215,24 @@ def timed_training(function, variant, model, dataset, schedule_examples, recipe,
     return fastest, trainer.step // epochs, trainer
 
 
+def pretraining_trainer(variant, files, recipe, device):
+    """A Trainer of the handout's model for pretraining on the corpus under `recipe`, as run.py makes it."""
+    pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
+    set_seed(0)
+    model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
+    cfg = RunConfig("pretrain", variant, "", recipe=recipe)
+    settings = dict(epochs=1, batch_size=recipe.pretrain_batch_size, learning_rate=recipe.pretrain_lr)
+    config = trainer_config(cfg, torch.device(device), **settings, final_tokens=1, pretraining=True)
+    return Trainer(model, pretrain, None, config)
+
+
 def profile_steps(variant, files, args):
     """
     The time to draw a pretraining epoch's batches (the workers started), the time of
     args.profile_steps steps on batches in memory after one pass over them, then
     torch.profiler's table of as many.
     """
-    pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
-    set_seed(0)
-    model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
-    cfg = RunConfig("pretrain", variant, "", recipe=args.fast_recipe)
-    settings = dict(
-        epochs=1, batch_size=args.fast_recipe.pretrain_batch_size, learning_rate=args.fast_recipe.pretrain_lr
-    )
-    trainer = Trainer(model, pretrain, None, trainer_config(cfg, torch.device(args.device), **settings,
-                                                            final_tokens=1, pretraining=True))  # fmt: skip
+    trainer = pretraining_trainer(variant, files, args.fast_recipe, args.device)
     list(trainer.batches.epoch(0))  # the workers started
     start = time.perf_counter()
     epoch = list(trainer.batches.epoch(1))
@@ -240,6 +258,45 @@ def profile_steps(variant, files, args):
         f"a step ({args.profile_steps / stepped:.1f} steps/s)\n"
         + profiler.key_averages().table(sort_by=sort, row_limit=25)
     )
+
+
+class DispatchCount(TorchDispatchMode):
+    """Counts the aten operators dispatched inside it, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+    def host_reads(self):
+        """The calls whose result the host waits for (on a GPU, a sync): a scalar read back, a nonzero's size."""
+        return sum(self.calls[name] for name in HOST_READS)
+
+
+def count_dispatches(variant, files, args):
+    """
+    Rows (batch shape, operators a step, host reads a step, operators of a loss read-back,
+    its host reads) of args.count_dispatches pretraining steps on batches in memory, after one
+    unmeasured step, for each batch shape under the fast way's recipe.
+    """
+    rows = []
+    for label, (shape, pass_rows) in BATCH_SHAPES.items():
+        trainer = pretraining_trainer(variant, files, dataclasses.replace(args.fast_recipe, **shape), args.device)
+        trainer.micro_batch_size = pass_rows
+        batches = itertools.cycle(list(trainer.batches.epoch(0)))
+        trainer.train_step(*next(batches))
+        with DispatchCount() as steps:
+            for _ in range(args.count_dispatches):
+                trainer.train_step(*next(batches))
+        with DispatchCount() as read_back:
+            trainer.read_back(trainer.epoch_loss)
+        per_step = sum(steps.calls.values()) / args.count_dispatches
+        reads = steps.host_reads() / args.count_dispatches
+        rows.append((label, per_step, reads, sum(read_back.calls.values()), read_back.host_reads()))
+    return rows
 
 
 def training_flops_per_row(model):
@@ -443,6 +500,11 @@ def main(argv=None):
         help="only the first variant's pretraining steps: N timed on batches in memory, then N profiled",
     )
     parser.add_argument(
+        "--count_dispatches",
+        type=int,
+        help="only the first variant's pretraining steps: the operators N of them dispatch, for each batch shape",
+    )
+    parser.add_argument(
         "--handout_pretraining",
         action="store_true",
         help="also time a whole handout pretraining (run.py pretrain with the defaults) of every variant",
@@ -472,6 +534,15 @@ def main(argv=None):
 
     if args.profile_steps:
         print(profile_steps(args.variants[0], load_data(data_folder(args.data)), args))
+        return
+    if args.count_dispatches:
+        print(f"\n{args.variants[0]} pretraining, {args.count_dispatches} steps on batches in memory, aten operators:")
+        print("\n| batches | operators a step | host reads a step | a loss read-back | its host reads |")
+        print("| --- | --- | --- | --- | --- |")
+        for label, per_step, reads, read_back, read_back_reads in count_dispatches(
+            args.variants[0], load_data(data_folder(args.data)), args
+        ):
+            print(f"| {label} | {per_step:.1f} | {reads:.1f} | {read_back} | {read_back_reads} |")
         return
     if not args.skip_comparison:
         args.data = data_folder(args.data)  # once: without the data, one demo world serves every measurement

@@ -12,7 +12,7 @@
 #             batches drawn, 50 steps on batches in memory timed, then torch.profiler's table of 50 more
 #   pace      the benchmark's rows of the handout pretraining for the four variants in fp32 (the
 #             fastest of 4 epochs each way)
-#   switches  vanilla's rows with --precision tf32, with --precision bf16, with --compile
+#   switches  vanilla's rows with --fixed_shapes, with --precision tf32, with --precision bf16, with --compile
 #   demo      ./run.sh demo
 #   table     ./run.sh --jobs 5, the handout table, cut at the deadline: each row's loss at the
 #             epoch reached and its projected time, and the dev accuracy of the rows that finish
@@ -114,7 +114,7 @@ fi
 
 if [[ " $PARTS " == *" switches "* ]]; then
   note; note "## Vanilla with each speed switch, beside the same straightforward loop"
-  for switch in "--precision tf32" "--precision bf16" "--compile"; do
+  for switch in "--fixed_shapes" "--precision tf32" "--precision bf16" "--compile"; do
     name=pace_vanilla_${switch//[^a-z0-9]/_}
     read -r -a flags <<< "$switch"
     timed "$name" "$( [[ $switch == --compile ]] && echo 90 || echo 50 )" \

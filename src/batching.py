@@ -29,13 +29,15 @@ class EpochBatches:
     dataset's corrupt_all; with workers, each example drawn with its own seed: EpochKeys),
     in chunks of one batch, or of LENGTH_GROUPING_POOL batches
     with group_by_length; length_buckets then cuts each batch after its last real target
-    (full_padding leaves the batches at the block size, as the course's are).
+    (full_padding leaves the batches at the block size, as the course's are; fixed_shapes
+    too, and pads the epoch's short last batch with rows without targets: padded_rows).
     """
 
     def __init__(self, dataset, config, pin_memory=False):
         self.dataset, self.config = dataset, config
         self.generator = torch.Generator()
-        pool = LENGTH_GROUPING_POOL if config.group_by_length and not config.full_padding else 1
+        self.cut = not (config.full_padding or config.fixed_shapes)  # rows cut after their last real target
+        pool = LENGTH_GROUPING_POOL if config.group_by_length and self.cut else 1
         self.chunk_size = config.batch_size * pool
         self.loader, self.keys = None, None
         if config.corrupt_by_epoch:
@@ -64,7 +66,9 @@ class EpochBatches:
         if self.keys is not None:
             self.keys.draw(self.generator)
         for x, y in self.chunks():
-            if self.config.full_padding:
+            if self.config.fixed_shapes:
+                yield padded_rows(x, y, self.config.batch_size)
+            elif self.config.full_padding:
                 yield x, y
             else:
                 yield from length_buckets(x, y, self.config.batch_size, self.generator)
@@ -131,6 +135,17 @@ def length_buckets(x, y, batch_size, generator=None):
     for rows in chunks:
         n = max(1, int(lengths[rows].max()))
         yield x[rows, :n], y[rows, :n]
+
+
+def padded_rows(x, y, rows):
+    """
+    A batch x, y (B, T) grown to `rows` rows with rows of pads, which have no targets: its loss
+    and gradients are the batch's, and every batch of an epoch has one shape (a CUDA graph's).
+    """
+    missing = rows - len(y)
+    if missing <= 0:
+        return x, y
+    return torch.cat((x, x.new_zeros(missing, x.size(1)))), torch.cat((y, y.new_zeros(missing, y.size(1))))
 
 
 def forward_passes(x, y, size=None, cut=True):

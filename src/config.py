@@ -143,6 +143,7 @@ class Recipe:
     group_by_length: bool = False  # pretraining batches from pools grouped by length (other examples share a step)
     corrupt_by_epoch: bool = False  # pretraining draws an epoch's span corruptions at once (other draws)
     full_padding: bool = False  # train on rows padded to the block size, not cut after their last target (speed)
+    fixed_shapes: bool = False  # every batch one shape (CUDA graphs): full width, a short one grown with rows of pads
     compile: bool = False  # torch.compile the model for training (speed)
     sequential_decoding: bool = False  # evaluate one question at a time without a KV cache (speed)
     readout: str = choice("question", "frames", reading=True)  # how evaluate asks: the question, or in mined frames

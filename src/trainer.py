@@ -261,7 +261,7 @@ class Trainer:
         """
         totals = [int((t != 0).sum()) for t in self.objective.targets(x, y)]
         x, y, counted = rank_rows(x, y, self.rank, self.world_size)
-        passes = forward_passes(x, y, self.micro_batch_size, cut=not self.config.full_padding)
+        passes = forward_passes(x, y, self.micro_batch_size, cut=self.batches.cut)
         self.optimizer.zero_grad(set_to_none=True)
         loss = torch.zeros((), device=self.device)
         for i, (xp, yp) in enumerate(passes):

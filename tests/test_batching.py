@@ -1,6 +1,7 @@
 """batching.py's pure functions, without a model or a Trainer."""
 
 import os
+import random
 
 import pytest
 import torch
@@ -107,3 +108,21 @@ def test_an_epoch_with_workers_is_the_same_after_a_resume(tiny_world):
         assert torch.equal(x, rx) and torch.equal(y, ry)
     assert sum(len(y) for _, y in batches) == len(corpus)
     assert sorted(index for index, _ in resumed.keys.keys) == list(range(len(corpus)))  # every example once
+
+
+@pytest.mark.parametrize("corrupt_by_epoch", [False, True])
+def test_fixed_shapes_give_every_batch_one_shape_and_the_full_padding_rows(tiny_world, corrupt_by_epoch):
+    """fixed_shapes: the full_padding epoch's batches row for row, the short last one grown with empty rows."""
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        corpus = CharCorruptionDataset(f.read(), 64)
+    settings = dict(batch_size=16, num_workers=0, corrupt_by_epoch=corrupt_by_epoch)
+    random.seed(0)  # the span corruptions' draws (without workers or corrupt_by_epoch, from Python's generator)
+    padded = list(EpochBatches(corpus, TrainerConfig(full_padding=True, **settings)).epoch(3))
+    random.seed(0)
+    fixed = list(EpochBatches(corpus, TrainerConfig(fixed_shapes=True, **settings)).epoch(3))
+    assert len(corpus) % 16 and len(fixed) == len(padded)  # the last batch is short
+    assert {tuple(x.shape) for x, _ in fixed} == {tuple(y.shape) for _, y in fixed} == {(16, 63)}
+    for (x, y), (px, py) in zip(fixed, padded):
+        n = len(py)
+        assert torch.equal(x[:n], px) and torch.equal(y[:n], py)
+        assert not x[n:].any() and not y[n:].any()

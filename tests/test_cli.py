@@ -431,6 +431,18 @@ def test_benchmark_profiles_pretraining_steps(tiny_world, tmp_path):
     assert "aten::mm" in output and "Self CPU time total" in output
 
 
+def test_benchmark_counts_what_a_step_dispatches(tiny_world, tmp_path):
+    """--count_dispatches: a row per batch shape; the CPU's passes of 16 rows dispatch more than one pass."""
+    output = benchmark_output(tiny_world, tmp_path, "--count_dispatches", 2)
+    cells = [line.split("|")[1:-1] for line in output.splitlines() if re.match(r"^\| (cut|full|fixed)", line)]
+    rows = {label.strip(): [float(cell) for cell in numbers] for label, *numbers in cells}
+    passes, one_pass = rows.pop("cut, passes of 16 rows (the CPU's)"), rows.pop("cut, one pass (CUDA's)")
+    assert list(rows) == ["full_padding", "fixed_shapes"]
+    assert passes[0] > one_pass[0] > 0  # the tiny world's 24 rows: passes of 16 and 8 rows against one
+    assert rows["full_padding"][0] == rows["fixed_shapes"][0] > 0
+    assert all(row[3] >= 1 for row in [passes, one_pass, *rows.values()])  # a read-back reads the loss on the host
+
+
 def test_pretraining_settings_pass_through_finetune_and_evaluate(tiny_world, tmp_path):
     """run.sh gives its overrides to every command: a pretraining-only setting is ignored by the others."""
     wiki, params = tiny_world["wiki.txt"], tmp_path / "ft.params"

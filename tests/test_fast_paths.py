@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from batching import forward_passes, length_buckets, real_lengths
+from batching import forward_passes, length_buckets, padded_rows, real_lengths
 from dataset import CharCorruptionDataset, NameDataset
 from decoding import greedy_decode_cached, predict_places
 from model import GPT, KVCache, variant_config
@@ -237,3 +237,14 @@ def test_gpu_path_settings_train_on_cpu(settings, world, monkeypatch):
     assert all(torch.isfinite(torch.tensor(trainer.epoch_losses)))
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
     assert list(model.state_dict()) == list(GPT(config_for("vanilla", pre.vocab_size, 128)).state_dict())
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_short_batch_grown_to_the_full_shape_keeps_loss_and_gradients(variant, world):
+    """fixed_shapes: a short batch with rows of pads added (no targets) trains as the batch cut to its length."""
+    for dataset, model, x, y in batches_and_models(variant, world, 11):
+        fx, fy = padded_rows(x, y, 16)
+        assert fx.shape == fy.shape == (16, x.size(1))
+        fixed = step_loss_and_gradients(model, dataset, fx, fy, [(fx, fy)], fixed_shapes=True)
+        cut = step_loss_and_gradients(model, dataset, x, y)
+        assert_same_loss_and_gradients(model, fixed, cut)
