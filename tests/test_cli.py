@@ -433,7 +433,7 @@ def test_benchmark_profiles_pretraining_steps(tiny_world, tmp_path):
 
 def test_benchmark_counts_what_a_step_dispatches(tiny_world, tmp_path):
     """--count_dispatches: a row per batch shape; the CPU's passes of 16 rows dispatch more than one pass."""
-    output = benchmark_output(tiny_world, tmp_path, "--count_dispatches", 2)
+    output = benchmark_output(tiny_world, tmp_path, "--count_dispatches", 1)
     cells = [line.split("|")[1:-1] for line in output.splitlines() if re.match(r"^\| (cut|full|fixed)", line)]
     rows = {label.strip(): [float(cell) for cell in numbers] for label, *numbers in cells}
     passes, one_pass = rows.pop("cut, passes of 16 rows (the CPU's)"), rows.pop("cut, one pass (CUDA's)")
@@ -873,7 +873,7 @@ def test_a_new_variant_is_a_class_and_its_name_as_readme_says(tiny_world, tmp_pa
     edited(src / "model.py", "from attention import ", "from attention import ToyAttention, ")
     wiki, pre, ft = tiny_world["wiki.txt"], tmp_path / "pre.params", tmp_path / "ft.params"
     commands = [
-        ["pretrain", "toy", wiki, "--writing_params_path", pre, "--pretrain_epochs", 2, *TINY],
+        ["pretrain", "toy", wiki, "--writing_params_path", pre, "--pretrain_epochs", 1, *TINY],
         [*finetune_args("toy", wiki, ft, tiny_world["train.tsv"]), "--reading_params_path", pre, *TINY],
         [*evaluate_args("toy", wiki, ft, tiny_world["dev.tsv"], tmp_path / "dev.predictions"), *TINY],
     ]
