@@ -116,11 +116,8 @@ def build(cfg, metadata, max_shift=0, state=None):
 
 
 def load(cfg):
-    """
-    (Setup, device): cfg's corpus and model, the params at reading_params_path in it, on cfg's
-    device (torchrun's group joined): how research scripts and tests get a model from a RunConfig.
-    """
-    setup, device = build(*resolved(cfg)), start_device(cfg)  # the device is cfg's, whatever the recipe
+    """(Setup, device) of cfg, its params read, the model on its device: what scripts and tests build a model with."""
+    setup, device = build(*resolved(cfg)), start_device(cfg)
     setup.model.to(device)
     return setup, device
 
