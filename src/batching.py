@@ -9,6 +9,7 @@ of the batch's targets).
 
 import math
 import random
+import threading
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -22,24 +23,33 @@ def real_lengths(y):
     return ((y != 0) * positions).max(dim=1).values
 
 
+def to_device(device, t):
+    """A CPU tensor on the training device; on CUDA through pinned memory, without waiting for the copy."""
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
 class EpochBatches:
     """
-    The global batches (x, y) of an epoch, in an order fixed by the epoch's seed. The
-    examples come from a DataLoader (or, with corrupt_by_epoch, all at once from the
-    dataset's corrupt_all; with workers, each example drawn with its own seed: EpochKeys),
-    in chunks of one batch, or of LENGTH_GROUPING_POOL batches
-    with group_by_length; length_buckets then cuts each batch after its last real target
-    (full_padding leaves the batches at the block size, as the course's are; fixed_shapes
-    too, and pads the epoch's short last batch with rows without targets: padded_rows).
+    The global batches (x, y) of an epoch, in an order fixed by the epoch's seed, drawn a whole
+    epoch at a time: one (N, T) tensor of its examples, copied to the training device once, and
+    each batch's rows taken there. The examples come from a DataLoader (or, with
+    corrupt_by_epoch, all at once from the dataset's corrupt_all; with workers, each example
+    drawn with its own seed: EpochKeys, and the next epoch drawn while this one trains), in
+    chunks of one batch, or of LENGTH_GROUPING_POOL batches with group_by_length;
+    bucket_rows then cuts each batch after its last real target (full_padding leaves the
+    batches at the block size, as the course's are; fixed_shapes too, and pads the epoch's
+    short last batch with rows without targets, so that every batch has one shape).
     """
 
-    def __init__(self, dataset, config, pin_memory=False):
-        self.dataset, self.config = dataset, config
+    def __init__(self, dataset, config, device=None):
+        self.dataset, self.config, self.device = dataset, config, device or torch.device("cpu")
         self.generator = torch.Generator()
         self.cut = not (config.full_padding or config.fixed_shapes)  # rows cut after their last real target
         pool = LENGTH_GROUPING_POOL if config.group_by_length and self.cut else 1
         self.chunk_size = config.batch_size * pool
-        self.loader, self.keys = None, None
+        self.loader, self.keys, self.ahead = None, None, None
         if config.corrupt_by_epoch:
             return
         if config.num_workers == 0:
@@ -52,7 +62,6 @@ class EpochBatches:
             batch_size=self.chunk_size,
             num_workers=config.num_workers,
             persistent_workers=config.num_workers > 0,
-            pin_memory=pin_memory,
             **order,
         )
 
@@ -60,25 +69,69 @@ class EpochBatches:
         """Steps per epoch."""
         return math.ceil(len(self.dataset) / self.config.batch_size)
 
-    def epoch(self, seed):
-        """The epoch's global batches (x, y), each (B, T), drawn with a generator seeded with `seed`."""
+    def epoch(self, seed, start=0, next_seed=None):
+        """
+        The epoch's global batches (x, y), each (B, T) on the device, from batch `start` on,
+        drawn with a generator seeded with `seed`; with workers, epoch `next_seed` (if not
+        None) is drawn in the background meanwhile.
+        """
+        ahead, self.ahead = self.ahead, None
+        drawn = ahead.result() if ahead is not None else None  # a draw in the background uses the generator
+        x, y, batches = drawn if ahead is not None and ahead.seed == seed else self.drawn(seed)
+        if self.keys is not None and next_seed is not None:
+            self.ahead = DrawnAhead(self, next_seed)
+        x, y = to_device(self.device, x), to_device(self.device, y)
+        for rows, width in batches[start:]:
+            yield x[rows, :width], y[rows, :width]
+
+    def drawn(self, seed):
+        """
+        The epoch drawn: its examples x, y (N, T) on the CPU, in the order drawn, and its
+        batches [(rows, width)]: a slice or an index tensor of rows, and the batch's width.
+        """
         self.generator.manual_seed(seed)
         if self.keys is not None:
             self.keys.draw(self.generator)
-        for x, y in self.chunks():
-            if self.config.fixed_shapes:
-                yield padded_rows(x, y, self.config.batch_size)
-            elif self.config.full_padding:
-                yield x, y
-            else:
-                yield from length_buckets(x, y, self.config.batch_size, self.generator)
-
-    def chunks(self):
         if self.loader is not None:
-            return self.loader
-        order = torch.randperm(len(self.dataset), generator=self.generator)
-        x, y = self.dataset.corrupt_all(order, self.generator)
-        return zip(x.split(self.chunk_size), y.split(self.chunk_size))
+            chunks = self.loader
+        else:
+            order = torch.randperm(len(self.dataset), generator=self.generator)
+            x, y = self.dataset.corrupt_all(order, self.generator)
+            chunks = zip(x.split(self.chunk_size), y.split(self.chunk_size))
+        xs, ys, batches, size = [], [], [], self.config.batch_size
+        for x, y in chunks:  # each pool bucketed as it comes: the generator's draws in today's order
+            if self.cut:
+                offset = sum(map(len, ys))
+                batches += [(rows + offset, n) for rows, n in bucket_rows(real_lengths(y), size, self.generator)]
+            xs.append(x)
+            ys.append(y)
+        x, y = torch.cat(xs), torch.cat(ys)
+        if self.config.fixed_shapes:
+            x, y = padded_rows(x, y, len(self) * size)
+        if not self.cut:
+            batches = [(slice(i, i + size), x.size(1)) for i in range(0, len(y), size)]
+        return x, y, batches
+
+
+class DrawnAhead:
+    """EpochBatches.drawn(seed) in a thread of its own (its workers do the drawing), for when the epoch is due."""
+
+    def __init__(self, batches, seed):
+        self.seed, self.value, self.error = seed, None, None
+        self.thread = threading.Thread(target=self.draw, args=(batches, seed), daemon=True)
+        self.thread.start()
+
+    def draw(self, batches, seed):
+        try:
+            self.value = batches.drawn(seed)
+        except BaseException as e:  # said where the epoch is asked for
+            self.error = e
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class EpochKeys(Sampler):
@@ -118,23 +171,21 @@ class SeededItems(Dataset):
         return self.dataset[index]
 
 
-def length_buckets(x, y, batch_size, generator=None):
+def bucket_rows(lengths, batch_size, generator=None):
     """
-    Split a pool of examples into batches of similar length, each cut to its longest row.
-    The full batches come in random order (ties in length broken at random), then a
-    short remainder batch of randomly chosen examples, as a DataLoader would end an epoch.
+    A pool of examples of these (N,) real lengths split into batches of similar length:
+    [(rows, width)], each batch's rows and its longest row's length. The full batches come
+    in random order (ties in length broken at random), then a short remainder batch of
+    randomly chosen examples, as a DataLoader would end an epoch.
     """
-    lengths = real_lengths(y)
-    order = torch.randperm(len(y), generator=generator)
-    n_remainder = len(y) % batch_size
+    order = torch.randperm(len(lengths), generator=generator)
+    n_remainder = len(lengths) % batch_size
     remainder, rest = order[:n_remainder], order[n_remainder:]
     rest = rest[torch.argsort(lengths[rest], stable=True)]
     chunks = [rows for rows in rest.split(batch_size) if len(rows)]
     chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
     chunks += [remainder] if n_remainder else []
-    for rows in chunks:
-        n = max(1, int(lengths[rows].max()))
-        yield x[rows, :n], y[rows, :n]
+    return [(rows, max(1, int(lengths[rows].max()))) for rows in chunks]
 
 
 def padded_rows(x, y, rows):
@@ -155,9 +206,9 @@ def forward_passes(x, y, size=None, cut=True):
     rows is one pass in its own order, and cut=False leaves it whole. Passes without a
     real target are left out: they add nothing to the batch's loss.
     """
-    lengths = real_lengths(y)
     if not cut:
         return [(x, y)]
+    lengths = real_lengths(y)
     if size is None or size >= len(y) or not y.any():
         n = max(1, int(lengths.max()))
         return [(x[:, :n], y[:, :n])]

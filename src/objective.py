@@ -34,12 +34,27 @@ class Objective:
         """Every kind of target of rows x, y: [(B, T)], 0 where nothing is scored."""
         return [y] if len(self.weights) == 1 else [y, question_lm_targets(x, y)]
 
+    def counts(self, x, y):
+        """Every kind of target's count in rows x, y: [0-dim int64 tensors on their device]."""
+        return [(t != 0).sum() for t in self.targets(x, y)]
+
+    def shares(self, targets, totals, ranks):
+        """
+        A pass's share of the global batch's targets of each kind (`totals`: counts() of the
+        global batch), times `ranks` (0 for a rank's row that counts for nothing): [0-dim
+        float64 tensors on the device], whose division is Python's, read back by nothing.
+        """
+        return [(t != 0).sum().mul(ranks).double() / n.clamp(min=1).double() for t, n in zip(targets, totals)]
+
     def loss(self, logits, targets, shares):
-        """The sum over the kinds of target of weight * share * the mean loss over the pass's targets of that kind."""
+        """
+        The sum over the kinds of target of weight * share * the mean loss over the pass's
+        targets of that kind; a kind with a zero share adds nothing (its mean over no targets
+        is NaN), chosen on the device.
+        """
         flat = logits.reshape(-1, logits.size(-1))
-        terms = [
-            F.cross_entropy(flat, t.reshape(-1), ignore_index=0) * (weight * share)
-            for t, weight, share in zip(targets, self.weights, shares)
-            if share  # a mean over no targets is NaN; it weighs nothing anyway
-        ]
-        return sum(terms) if terms else flat.sum() * 0.0
+        total = 0
+        for t, weight, share in zip(targets, self.weights, shares):
+            term = F.cross_entropy(flat, t.reshape(-1), ignore_index=0) * (weight * share).float()
+            total = total + torch.where(share != 0, term, 0.0)
+        return total

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 import checkpoint
 from batching import EpochBatches, forward_passes, rank_rows
+from capture import captured, lr_tensor
 from config import HANDOUT
 from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
 from errors import RunError
@@ -132,11 +133,20 @@ class Precision:
         self.scaler.update()
 
 
-def to_device(device, t):
-    """A CPU tensor on the training device; on CUDA through pinned memory, without waiting for the copy."""
-    if device.type == "cuda":
-        t = t.pin_memory()
-    return t.to(device, non_blocking=True)
+class ReadLater:
+    """A device scalar copied to the host without waiting; value() waits for that copy only (not for later steps)."""
+
+    def __init__(self, scalar):
+        self.host, self.copied = scalar, None
+        if scalar.device.type == "cuda":
+            self.host = torch.empty((), dtype=scalar.dtype, pin_memory=True).copy_(scalar, non_blocking=True)
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+
+    def value(self):
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.host.item()
 
 
 class TrainingInterrupted(Exception):
@@ -162,11 +172,15 @@ class Trainer:
         self.precision = Precision(c.precision, self.device)
         fused = self.device.type in ("cuda", "cpu") if c.fused_adamw is None else c.fused_adamw
         groups = parameter_groups(model, c.weight_decay, c.decay_groups)
-        self.optimizer = torch.optim.AdamW(groups, lr=c.learning_rate, betas=c.betas, fused=fused)
+        capture = c.captured_step != "off"
+        self.optimizer = torch.optim.AdamW(groups, lr=c.learning_rate, betas=c.betas, fused=fused, capturable=capture)
+        if capture:  # the rate in a tensor a captured step reads; the scheduler writes it in place
+            for group in self.optimizer.param_groups:
+                group["initial_lr"], group["lr"] = group["lr"], lr_tensor(group["lr"], self.device)
         self.schedule = TokenSchedule(c, len(train_dataset), train_dataset[0][0].numel())
         self.scheduler = LambdaLR(self.optimizer, self.schedule.factor)
         self.objective = Objective(c.finetune_lm_weight)
-        self.batches = EpochBatches(train_dataset, c, pin_memory=self.device.type == "cuda")
+        self.batches = EpochBatches(train_dataset, c, self.device)
         self.micro_batch_size = c.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else None)
         # the progress: steps taken, the epoch in progress (0-based), its batches done and loss so far
         self.step, self.epoch, self.batches_done = 0, 0, 0
@@ -188,7 +202,9 @@ class Trainer:
             self.forward = self.ddp = DistributedDataParallel(model, device_ids=device_ids)
         if c.compile:
             self.forward = torch.compile(self.forward, dynamic=True)
+        self.descend = captured(self.gradient_step, c.captured_step, self.device, self.world_size)
         self.bar = None  # train()'s progress bar, closed when it returns
+        self.window = None  # the last logging window: step, lr, steps, ReadLater loss sum and first non-finite step
 
     def train(self):
         """Run the epochs from the start, or from the checkpoint when resuming."""
@@ -209,31 +225,29 @@ class Trainer:
         TensorBoard every log_every steps, timed checkpoints and stopping on a signal, then
         the epoch's mean loss, the test loss, epoch_end and the epoch's checkpoint.
         """
-        c, epoch, skip = self.config, self.epoch, self.batches_done
+        c, epoch = self.config, self.epoch
         self.model.train()
         self.epoch_random_state = random.getstate()
+        next_seed = self.data_seed + epoch + 1 if epoch + 1 < c.max_epochs else None
         window_loss, window_steps = torch.zeros((), device=self.device), 0
-        for batch, (x, y) in enumerate(self.batches.epoch(self.data_seed + epoch)):
-            if batch < skip:
-                continue
+        for x, y in self.batches.epoch(self.data_seed + epoch, self.batches_done, next_seed):
             lr, loss = self.train_step(x, y)
             self.bar.update()
-            self.batches_done = batch + 1
+            self.batches_done += 1
             self.epoch_loss += loss
             window_loss += loss
             window_steps += 1
             logged = self.step % c.log_every == 0
             if logged:
-                mean = self.read_back(window_loss) / window_steps
-                window_loss.zero_()
-                window_steps = 0
-                self.bar.set_description(f"epoch {epoch + 1}/{c.max_epochs} loss {mean:.4f} lr {lr:.2e}", refresh=False)
-                self.log("train/loss", mean)
+                self.report_window()
+                self.window = (self.step, lr, window_steps, *self.read_later(window_loss))
+                window_loss, window_steps = torch.zeros((), device=self.device), 0
             if self.timed_checkpoint_due(logged) or caught:  # caught only has signals when there is a checkpoint path
                 self.read_back(self.epoch_loss)
                 self.save_checkpoint()
             if caught:
                 raise TrainingInterrupted(caught[0], self.step, c.checkpoint_path)
+        self.report_window()
         self.epoch_losses.append(self.read_back(self.epoch_loss) / len(self.batches))
         self.bar.set_description(f"epoch {epoch + 1}/{c.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
         self.log("train/epoch_loss", self.epoch_losses[-1])
@@ -252,37 +266,60 @@ class Trainer:
         if c.checkpoint_path and (c.checkpoint_every_epoch or last or self.timed_checkpoint_due(logged=True)):
             self.save_checkpoint()
 
+    def report_window(self):
+        """
+        The last logging window's mean loss and learning rate to the bar and TensorBoard, read
+        back a window after it ended (its copy long done: the GPU never waits), and the stop
+        if a step so far had a non-finite loss. Nothing before the first window ends.
+        """
+        if self.window is None:
+            return
+        step, lr, steps, loss_sum, first_nonfinite = self.window
+        self.window = None
+        self.stop_if_nonfinite(int(first_nonfinite.value()))
+        mean = loss_sum.value() / (steps * self.world_size)
+        self.bar.set_description(f"epoch {self.epoch + 1}/{self.config.max_epochs} loss {mean:.4f} lr {lr:.2e}", False)
+        self.log("train/loss", mean, step)
+        self.log("train/lr", lr, step)
+
     def train_step(self, x, y):
         """
-        One optimizer step on a global batch x, y (B, T) on the CPU: (the step's learning
-        rate, this rank's part of the batch's loss as a device scalar, not read back).
-        Every pass adds its loss over each kind of target times its share of the global
-        batch's targets of that kind, times the ranks (see the module's docstring).
+        One optimizer step on a global batch x, y (B, T) on the device, captured or not
+        (capture.py): (the step's learning rate, this rank's part of the batch's loss as a
+        device scalar, not read back). Then the next step's rate and the non-finite check, on the device.
         """
-        totals = [int((t != 0).sum()) for t in self.objective.targets(x, y)]
+        loss = self.descend(x, y)
+        lr = self.config.learning_rate * self.schedule.factor(self.step)
+        self.scheduler.step()
+        self.step += 1
+        failed = self.first_nonfinite.clamp(max=self.step)
+        self.first_nonfinite = torch.where(torch.isfinite(loss), self.first_nonfinite, failed)
+        return lr, loss
+
+    def gradient_step(self, x, y):
+        """
+        The passes' forward and backward, the clipping and AdamW on x, y: this rank's part of the
+        batch's loss. Every pass adds its loss over each kind of target times its share of the
+        global batch's targets of that kind, times the ranks (see the module's docstring).
+        Nothing here waits for the device unless batches are cut (the cut needs the rows' lengths).
+        """
+        totals = self.objective.counts(x, y)
         x, y, counted = rank_rows(x, y, self.rank, self.world_size)
         passes = forward_passes(x, y, self.micro_batch_size, cut=self.batches.cut)
         self.optimizer.zero_grad(set_to_none=True)
         loss = torch.zeros((), device=self.device)
         for i, (xp, yp) in enumerate(passes):
             targets = self.objective.targets(xp, yp)
-            shares = [counted * self.world_size * int((t != 0).sum()) / max(1, n) for t, n in zip(targets, totals)]
-            targets = [to_device(self.device, t) for t in targets]
+            shares = self.objective.shares(targets, totals, counted * self.world_size)
             last = i == len(passes) - 1
             with self.ddp.no_sync() if self.world_size > 1 and not last else contextlib.nullcontext():
                 with self.precision.autocast:
-                    logits, _ = self.forward(to_device(self.device, xp))
+                    logits, _ = self.forward(xp)
                     pass_loss = self.objective.loss(logits, targets, shares)
                 self.precision.backward(pass_loss)
             loss += pass_loss.detach().float()
         self.precision.step(self.optimizer, self.model.parameters(), self.config.grad_norm_clip)
-        lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
-        self.step += 1
-        failed = self.first_nonfinite.clamp(max=self.step)
-        self.first_nonfinite = torch.where(torch.isfinite(loss), self.first_nonfinite, failed)
-        self.log("train/lr", lr)
-        return lr, loss
+        return loss
 
     def timed_checkpoint_due(self, logged):
         """
@@ -298,24 +335,33 @@ class Trainer:
             return due
         return bool(over_ranks(torch.tensor(int(due), device=self.device), dist.ReduceOp.MAX))
 
+    def read_later(self, loss_sum):
+        """A per-rank loss sum and the first non-finite step, made global and copied to the host without waiting."""
+        return ReadLater(over_ranks(loss_sum, dist.ReduceOp.SUM)), ReadLater(
+            over_ranks(self.first_nonfinite, dist.ReduceOp.MIN)
+        )
+
     def read_back(self, value):
         """
-        A per-rank loss sum made global and read back, after stopping with RunError if a
+        A per-rank loss sum made global and read back now, after stopping with RunError if a
         step so far had a non-finite loss (every rank must call this at the same step).
         """
-        step = int(over_ranks(self.first_nonfinite, dist.ReduceOp.MIN))
+        self.stop_if_nonfinite(int(over_ranks(self.first_nonfinite, dist.ReduceOp.MIN)))
+        return (over_ranks(value, dist.ReduceOp.SUM) / self.world_size).item()
+
+    def stop_if_nonfinite(self, step):
+        """RunError naming `step`, the first step whose loss was not finite, unless it is NO_STEP."""
         if step != NO_STEP:
             lr = self.config.learning_rate * self.schedule.factor(step - 1)
             raise RunError(
                 f"the training loss is not finite at step {step} (learning rate {lr:.3g}): "
                 "training stopped; nothing was written from that step on"
             )
-        return (over_ranks(value, dist.ReduceOp.SUM) / self.world_size).item()
 
-    def log(self, name, value):
-        """A scalar for TensorBoard, by step (rank 0's writer, if any)."""
+    def log(self, name, value, step=None):
+        """A scalar for TensorBoard, by step (this one unless told; rank 0's writer, if any)."""
         if self.config.writer is not None:
-            self.config.writer.add_scalar(name, value, self.step)
+            self.config.writer.add_scalar(name, value, self.step if step is None else step)
 
     def save_checkpoint(self):
         """Write the resumable state to checkpoint_path (rank 0 only; checkpoint.py)."""
@@ -346,6 +392,9 @@ class Trainer:
         """Put the model, the optimisation, the progress and the random generators back as state_dict had them."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # a captured step's rate: a tensor on this device
+            if torch.is_tensor(group["lr"]):
+                group["lr"] = lr_tensor(float(group["lr"]), self.device)
         self.scheduler.load_state_dict(state["scheduler"])
         self.precision.scaler.load_state_dict(state["scaler"])
         self.epoch, self.batches_done, self.step = state["epoch"], state["batches_done"], state["step"]

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from batching import EpochBatches, forward_passes, rank_rows, real_lengths
+from batching import EpochBatches, EpochKeys, forward_passes, rank_rows, real_lengths
 from config import default_num_workers
 from dataset import CharCorruptionDataset
 from trainer import TrainerConfig
@@ -92,22 +92,50 @@ def test_dataloader_workers_follow_the_cores_on_cuda_only(monkeypatch):
         assert default_num_workers(torch.device("cpu")) == 0
 
 
-def test_an_epoch_with_workers_is_the_same_after_a_resume(tiny_world):
+def straightforward_epoch(corpus, seed, workers, batch_size=16):
     """
-    DataLoader workers live on from epoch to epoch: a resumed run's loader, made at epoch 1,
-    must give epoch 1 the order and span corruptions of the loader that ran epoch 0 first.
+    The epoch as a plain loop draws it, example by example in the main process: a shuffling
+    DataLoader's order (after random.seed(0)), or with workers each example drawn with its own
+    seed from the epoch's keys (EpochKeys), whichever process draws it.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    if workers == 0:
+        random.seed(0)
+        loader = torch.utils.data.DataLoader(corpus, batch_size=batch_size, shuffle=True, generator=generator)
+        return list(loader)
+    keys = EpochKeys(len(corpus))
+    keys.draw(generator)
+    items = []
+    for index, example_seed in keys:
+        random.seed(example_seed)
+        items.append(corpus[index])
+    return [tuple(map(torch.stack, zip(*items[i : i + batch_size]))) for i in range(0, len(items), batch_size)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_drawn_at_once_is_the_plain_loops_batches_row_for_row(tiny_world, workers):
+    """
+    An epoch is drawn whole into one tensor (the next one in the background with workers),
+    and its batches are that tensor's rows: the plain loop's batches, row for row; so is a
+    resumed run's epoch (a new EpochBatches, as a resumed run makes at its epoch), from any batch.
     """
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
         corpus = CharCorruptionDataset(f.read(), 64)
-    config = TrainerConfig(batch_size=16, num_workers=2)
+    config = TrainerConfig(batch_size=16, num_workers=workers, full_padding=True)
     uninterrupted, resumed = EpochBatches(corpus, config), EpochBatches(corpus, config)
-    list(uninterrupted.epoch(7))
-    batches, resumed_batches = list(uninterrupted.epoch(8)), list(resumed.epoch(8))
-    assert len(batches) == len(resumed_batches) == len(uninterrupted)
-    for (x, y), (rx, ry) in zip(batches, resumed_batches):
-        assert torch.equal(x, rx) and torch.equal(y, ry)
-    assert sum(len(y) for _, y in batches) == len(corpus)
-    assert sorted(index for index, _ in resumed.keys.keys) == list(range(len(corpus)))  # every example once
+    random.seed(0)
+    list(uninterrupted.epoch(7, next_seed=8))  # with workers, epoch 8 is drawn while epoch 7 would train
+    random.seed(0)
+    batches = list(uninterrupted.epoch(8))
+    random.seed(0)
+    resumed_batches = list(resumed.epoch(8, start=2))
+    expected = straightforward_epoch(corpus, 8, workers)
+    assert len(batches) == len(expected) == len(uninterrupted) and len(corpus) % 16  # the last batch is short
+    assert len({x.untyped_storage().data_ptr() for x, _ in batches}) == 1, "every batch a view of the epoch's tensor"
+    for (x, y), (ex, ey) in zip(batches, expected):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+    for (x, y), (ex, ey) in zip(resumed_batches, expected[2:], strict=True):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
 
 
 @pytest.mark.parametrize("corrupt_by_epoch", [False, True])

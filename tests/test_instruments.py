@@ -242,16 +242,17 @@ def test_the_auxiliary_objective_is_the_task_loss_plus_lambda_times_the_question
     lm_loss = F.cross_entropy(logits.flatten(0, 1), question_lm_targets(x, y).flatten(), ignore_index=0)
     course = Objective(0.0)
     assert course.targets(x, y) == [y]
-    assert float(course.loss(logits, [y], [1.0])) == pytest.approx(float(task_loss), abs=1e-6)
+    one = torch.ones((), dtype=torch.float64)
+    assert float(course.loss(logits, [y], [one])) == pytest.approx(float(task_loss), abs=1e-6)
     objective = Objective(0.5)
     targets = objective.targets(x, y)
     assert len(targets) == 2 and targets[0] is y and torch.equal(targets[1], question_lm_targets(x, y))
-    whole = float(objective.loss(logits, targets, [1.0, 1.0]))  # one pass of the whole batch
+    whole = float(objective.loss(logits, targets, [one, one]))  # one pass of the whole batch
     assert whole == pytest.approx(float(task_loss + 0.5 * lm_loss), abs=1e-6)
 
     # passes and ranks add up: every pass's loss times its shares (its targets of each kind / the global
     # batch's, times the ranks), the ranks averaged as DistributedDataParallel does
-    totals = [int((t != 0).sum()) for t in targets]
+    totals = objective.counts(x, y)
     for world_size, size in [(1, 5), (2, None), (2, 4), (3, 2), (5, None)]:
         rank_sums = []
         for rank in range(world_size):
@@ -259,7 +260,7 @@ def test_the_auxiliary_objective_is_the_task_loss_plus_lambda_times_the_question
             rank_sum = 0.0
             for xp, yp in forward_passes(xr, yr, size):
                 pass_targets = objective.targets(xp, yp)
-                shares = [counted * world_size * int((t != 0).sum()) / n for t, n in zip(pass_targets, totals)]
+                shares = objective.shares(pass_targets, totals, counted * world_size)
                 with torch.no_grad():
                     rank_sum += float(objective.loss(model(xp)[0], pass_targets, shares))
             rank_sums.append(rank_sum)

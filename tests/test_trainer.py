@@ -9,6 +9,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
+from benchmark import HOST_READS, DispatchCount
 from config import HANDOUT
 from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
@@ -158,6 +159,7 @@ def test_learning_rate_per_step_matches_the_course_across_two_decays(schedule, t
         lr_schedule=schedule,
         writer=log,
         device="cpu",
+        log_every=1,  # the rate is logged with the loss
     )
     Trainer(model, pre, None, config).train()
     rows = ([batch_size] * (n // batch_size) + [n % batch_size]) * epochs
@@ -193,6 +195,7 @@ def test_training_lowers_the_loss_and_logs_to_tensorboard(names, tmp_path):
         writer=writer,
         ckpt_path=str(tmp_path / "ckpt.params"),
         device="cpu",
+        log_every=1,
     )
     trainer = Trainer(model, ds, None, config)
     trainer.train()
@@ -215,6 +218,42 @@ def test_training_lowers_the_loss_and_logs_to_tensorboard(names, tmp_path):
 
     saved = torch.load(tmp_path / "ckpt.params", weights_only=True)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+
+
+class HostReadSteps(DispatchCount):
+    """The trainer's step count at every operator the host waits for (on a GPU, a sync)."""
+
+    def __init__(self, trainer):
+        super().__init__()
+        self.trainer, self.steps = trainer, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in HOST_READS:
+            self.steps.append(self.trainer.step)
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+@pytest.mark.parametrize("fixed_shapes", [True, False])
+def test_with_fixed_shapes_the_host_reads_nothing_between_logging_steps(names, fixed_shapes):
+    """
+    fixed_shapes (CUDA's way): the loss, the non-finite check and the rate stay on the device
+    between logging steps, and the epoch's data is drawn at its start; so the host waits only at
+    steps that log (every 3rd) or end an epoch (every 5th). Cut batches need their lengths every step.
+    """
+    pre, ds = names
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pre.vocab_size, pre.block_size, n_layer=1, n_head=2, n_embd=16))
+    batch_size = len(ds) // 5 + 1
+    config = TrainerConfig(max_epochs=2, batch_size=batch_size, log_every=3, device="cpu", fixed_shapes=fixed_shapes)
+    trainer = Trainer(model, ds, None, config)
+    assert len(trainer.batches) == 5
+    with HostReadSteps(trainer) as reads:
+        trainer.train()
+    waited = set(reads.steps)
+    if fixed_shapes:
+        assert waited and waited <= {0, 3, 5, 6, 9, 10}, sorted(waited)
+    else:
+        assert set(range(1, 10)) <= waited
 
 
 def test_every_epochs_mean_loss_is_logged_even_in_short_runs(names):

@@ -1,0 +1,87 @@
+"""
+One training step captured once and replayed (Recipe.captured_step): the forward, the backward,
+the clipping and the fused AdamW of a batch of one shape (fixed_shapes), launched as one CUDA
+graph instead of hundreds of kernels from the host. "cuda_graph" captures it with PyTorch's
+torch.cuda.graph; "compiled" with torch.compile(mode="reduce-overhead") (its graphs, and the
+compile time). Off CUDA, or over several ranks, the step runs as it is, uncaptured.
+
+What capture needs of the step, and the trainer gives it: nothing read back to the host
+(the loss and the non-finite check stay on the device), the learning rate in a tensor the
+optimizer reads (lr_tensor; the scheduler writes it in place), AdamW's capturable state,
+dropout from the default CUDA generator (torch.cuda.graph registers it: each replay draws anew),
+and the optimizer's state made by eager warm-up steps before the capture.
+"""
+
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+WARMUP_STEPS = 3  # eager steps, on a side stream, before the capture (PyTorch's advice for whole-network capture)
+
+
+def lr_tensor(value, device):
+    """
+    A learning rate as the tensor a captured AdamW reads: float32 on CUDA (what its fused kernel
+    reads), float64 elsewhere (what the CPU's fused kernel computes with: the same steps as a float's).
+    """
+    dtype = torch.float32 if device.type == "cuda" else torch.float64
+    return torch.tensor(value, dtype=dtype, device=device)
+
+
+def captured(step, way, device, world_size):
+    """`step(x, y) -> loss` replayed as `way` says ("off", "cuda_graph", "compiled"), or as it is where it cannot be."""
+    if way == "off":
+        return step
+    if device.type != "cuda" or world_size > 1:
+        logger.warning("captured_step %s needs CUDA and one process: the step runs uncaptured", way)
+        return step
+    if way == "compiled":
+        return CompiledStep(step)
+    return CudaGraphStep(step)
+
+
+class CudaGraphStep:
+    """
+    `step(x, y) -> loss` on batches of one shape: WARMUP_STEPS eager calls on a side stream,
+    then captured into one CUDA graph and replayed with each batch copied into its inputs. The
+    loss it returns is the graph's output, overwritten by the next replay: add it up before then.
+    """
+
+    def __init__(self, step):
+        self.step, self.warmup, self.graph = step, WARMUP_STEPS, None
+
+    def __call__(self, x, y):
+        if self.graph is None and self.warmup:
+            self.warmup -= 1
+            return self.on_side_stream(self.step, x, y)
+        if self.graph is None:
+            self.x, self.y, self.graph = x.clone(), y.clone(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.loss = self.step(self.x, self.y)
+        else:
+            self.x.copy_(x)
+            self.y.copy_(y)
+        self.graph.replay()
+        return self.loss
+
+    @staticmethod
+    def on_side_stream(step, x, y):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            loss = step(x, y)
+        torch.cuda.current_stream().wait_stream(side)
+        return loss
+
+
+class CompiledStep:
+    """`step(x, y) -> loss` compiled with mode="reduce-overhead": inductor's kernels, replayed as CUDA graphs."""
+
+    def __init__(self, step):
+        self.compiled = torch.compile(step, mode="reduce-overhead")
+
+    def __call__(self, x, y):
+        torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs may be overwritten: they were added up
+        return self.compiled(x, y)

@@ -1,0 +1,129 @@
+"""
+The captured step (capture.py, Recipe.captured_step): on the CPU the same code runs uncaptured
+and trains as the plain step does, bit for bit, and torch.compile compiles it once however the
+learning rate moves; on a GPU (skipped without one) the CUDA graph replays the eager step.
+"""
+
+import random
+
+import pytest
+import torch
+import torch._dynamo
+
+import checkpoint
+from config import Recipe
+from dataset import CharCorruptionDataset
+from errors import RunError
+from model import GPT, GPTConfig
+from trainer import Trainer, TrainerConfig
+
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture(scope="module")
+def corpus(tiny_world):
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        return CharCorruptionDataset(f.read(), 64)
+
+
+def trainer_of(corpus, device="cpu", dropout=0.1, epochs=3, **settings):
+    """A small model's pretraining Trainer with a schedule that moves the rate every step."""
+    random.seed(0)  # the span corruptions' draws
+    torch.manual_seed(0)
+    sizes = dict(n_layer=1, n_head=2, n_embd=16, embd_pdrop=dropout, resid_pdrop=dropout, attn_pdrop=dropout)
+    model = GPT(GPTConfig(corpus.vocab_size, 64, **sizes))
+    schedule = dict(learning_rate=3e-3, lr_decay=True, warmup_tokens=500, final_tokens=5000)
+    config = TrainerConfig(max_epochs=epochs, batch_size=8, device=device, data_seed=0, **schedule, **settings)
+    return Trainer(model, corpus, None, config)
+
+
+def params_of(trainer):
+    return torch.cat([p.detach().flatten().cpu() for p in trainer.model.parameters()])
+
+
+@pytest.mark.parametrize("way", ["cuda_graph", "compiled"])
+def test_off_cuda_the_captured_steps_code_trains_as_the_plain_step(corpus, way):
+    """The rate in a tensor and AdamW's capturable state, run uncaptured: the plain step's params, bit for bit."""
+    plain = trainer_of(corpus, fixed_shapes=True)
+    plain.train()
+    captured = trainer_of(corpus, fixed_shapes=True, captured_step=way)
+    assert torch.is_tensor(captured.optimizer.param_groups[0]["lr"])
+    captured.train()
+    assert captured.epoch_losses == plain.epoch_losses
+    assert torch.equal(params_of(captured), params_of(plain))
+
+
+@pytest.mark.parametrize("captured_step", ["compiled", "off"])
+def test_the_step_compiles_once_while_the_learning_rate_moves(corpus, captured_step):
+    """
+    torch.compile of the step (forward, backward, clipping, AdamW): with the rate in a tensor,
+    its graphs are compiled at the first step and never again, and it trains as the eager step
+    does; with the rate a float (captured_step off) every new rate compiles anew. The graphs
+    break where PyTorch's optimizer breaks them on purpose: fullgraph=True cannot hold AdamW.step.
+    """
+    eager = trainer_of(corpus, fixed_shapes=True, captured_step=captured_step)
+    eager.train()
+    trainer = trainer_of(corpus, fixed_shapes=True, captured_step=captured_step)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    trainer.descend = torch.compile(trainer.gradient_step, backend="eager")
+    graphs = []
+    step = trainer.train_step
+
+    def counted_step(x, y):
+        out = step(x, y)
+        graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        return out
+
+    trainer.train_step = counted_step
+    trainer.train()
+    rates = {float(g["lr"]) for g in trainer.optimizer.param_groups}
+    assert len(graphs) == trainer.step > 10 and rates != {3e-3}
+    if captured_step == "compiled":
+        assert graphs[-1] == graphs[0] > 0, graphs
+    else:
+        assert graphs[-1] > graphs[0], graphs
+    assert torch.equal(params_of(trainer), params_of(eager))
+
+
+def test_a_captured_step_needs_fixed_shapes_and_no_fp16():
+    for settings in [dict(), dict(fixed_shapes=True, precision="fp16")]:
+        with pytest.raises(RunError, match="captured_step replays one batch shape"):
+            Recipe(captured_step="cuda_graph", **settings)
+    assert Recipe(captured_step="cuda_graph", fixed_shapes=True).captured_step == "cuda_graph"
+
+
+@cuda_only
+def test_the_cuda_graph_replays_the_eager_step(corpus):
+    """Without dropout (whose draws the graph makes anew) the replayed graph trains as eager steps do, bit for bit."""
+    eager = trainer_of(corpus, "cuda", dropout=0.0, fixed_shapes=True)
+    eager.train()
+    graphed = trainer_of(corpus, "cuda", dropout=0.0, fixed_shapes=True, captured_step="cuda_graph")
+    graphed.train()
+    assert graphed.descend.graph is not None, "captured after its warm-up steps"
+    assert graphed.epoch_losses == eager.epoch_losses
+    assert torch.equal(params_of(graphed), params_of(eager))
+
+
+@cuda_only
+def test_the_compiled_step_trains_like_the_eager_one(corpus):
+    eager = trainer_of(corpus, "cuda", dropout=0.0, fixed_shapes=True)
+    eager.train()
+    compiled = trainer_of(corpus, "cuda", dropout=0.0, fixed_shapes=True, captured_step="compiled")
+    compiled.train()
+    assert compiled.epoch_losses == pytest.approx(eager.epoch_losses, rel=1e-3)
+
+
+@cuda_only
+def test_a_resumed_run_captures_its_step_after_the_restore(corpus, tmp_path):
+    """Stopped after a checkpoint mid-run and resumed: the graph is captured from the restored state, with dropout."""
+    path = str(tmp_path / "c.ckpt")
+    settings = dict(fixed_shapes=True, captured_step="cuda_graph", checkpoint_path=path)
+    whole = trainer_of(corpus, "cuda", **settings)
+    whole.train()
+    first = trainer_of(corpus, "cuda", epochs=1, **settings)
+    first.train()
+    resumed = trainer_of(corpus, "cuda", **settings, resume_from=checkpoint.read(path))
+    resumed.train()
+    assert resumed.step == whole.step and torch.isfinite(torch.tensor(resumed.epoch_losses)).all()
+    assert resumed.epoch_losses[0] == whole.epoch_losses[0]
