@@ -185,17 +185,19 @@ def compare_processes(variant, args):
     ]
 
 
-def timed_training(function, variant, model, dataset, schedule_examples, recipe, device, epochs=1):
+def timed_training(function, variant, model, dataset, schedule_examples, recipe, device, epochs=1, ends=None):
     """
     `epochs` epochs of the dataset with pipeline's trainer settings for `recipe`, the fast
     way's or the straightforward one's (the cosine over decay_epochs epochs of
     schedule_examples examples): (seconds of the fastest epoch, steps per epoch, trainer).
+    `ends`, a list, gets the start's and every epoch end's (wall clock, this thread's CPU time).
     """
-    ends = []
+    ends, clocks = [], ends if ends is not None else []
 
     def epoch_end(epochs_done):
         sync(device)
         ends.append(time.perf_counter())
+        clocks.append((ends[-1], time.thread_time()))
 
     cfg = RunConfig(function, variant, "", recipe=recipe)  # the DataLoader workers of run.py's default
     pretraining = function == "pretrain"
@@ -210,6 +212,7 @@ def timed_training(function, variant, model, dataset, schedule_examples, recipe,
     trainer = Trainer(model, dataset, None, config)
     sync(trainer.device)
     ends.append(time.perf_counter())
+    clocks.append((ends[-1], time.thread_time()))
     trainer.train()
     fastest = min(end - start for start, end in zip(ends, ends[1:]))
     return fastest, trainer.step // epochs, trainer
@@ -292,7 +295,7 @@ def count_dispatches(variant, files, args):
             for _ in range(args.count_dispatches):
                 trainer.train_step(*next(batches))
         with DispatchCount() as read_back:
-            trainer.read_back(trainer.epoch_loss)
+            trainer.tally.epoch_sum()
         per_step = sum(steps.calls.values()) / args.count_dispatches
         reads = steps.host_reads() / args.count_dispatches
         rows.append((label, per_step, reads, sum(read_back.calls.values()), read_back.host_reads()))

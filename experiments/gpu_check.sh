@@ -6,6 +6,14 @@
 #
 # The parts run one after another, alone on the machine, in this order (PARTS picks them); a
 # part that the deadline leaves no time for is skipped, the table takes whatever time is left:
+#   paces     experiments/step_pace.py: vanilla's handout pretraining under each way of running the
+#             step (straightforward, default, fixed shapes, captured by a CUDA graph and by
+#             torch.compile) in fp32, tf32 and bf16: steps/s, host and GPU time a step, 650 epochs projected
+#   handout   the handout's vanilla, whole processes with the fastest row's flags (FLAGS= to choose):
+#             the 650-epoch pretraining (its time; cut at its limit, the epoch it reached and its
+#             projected time), the handout's finetuning and dev score, and the frames readout of the
+#             same pretrained params
+#   handout_fp32  the same with the fastest fp32 row's flags, when the fastest is not fp32
 #   suite     the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it
 #             ends; the 25 slowest listed)
 #   profile   vanilla's handout pretraining, batches cut (the default) and at full width: an epoch's
@@ -22,15 +30,15 @@
 # Measured on one H100 (2026-11-26 and 27): the suite with 16 workers needs more than 285 s
 # (2 workers on 2 CPU cores: 270 s); the benchmark about 60 s a variant; the demo more than
 # 75 s; 5 trainings side by side ran 14-24 steps/s each. So a loan of 15 minutes takes two
-# calls: the default, which reaches suite, profile and pace within DEADLINE=570, then
-# PARTS="switches demo table" DEADLINE=(the seconds left, less a minute).
+# calls: the default, PARTS="paces handout handout_fp32" within DEADLINE=570, then
+# PARTS="table suite" DEADLINE=(the seconds left, less a minute).
 set -uo pipefail
 OUT=${1:?usage: experiments/gpu_check.sh OUT}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-PARTS=${PARTS-suite profile pace switches demo table}
+PARTS=${PARTS-paces handout handout_fp32}
 DEADLINE=${DEADLINE:-570}
 SUMMARY=$OUT/summary.md
 LOGS=$(mktemp -d)
@@ -85,6 +93,52 @@ note '```'
   "$PY" -c 'import os, torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "|", os.cpu_count(), "cores")'
 } >> "$SUMMARY" 2>&1
 note '```'
+
+pace_rows() {  # pace_rows [PRECISION]: step_pace.py's rows (of that precision), the fastest projection first
+  grep -E "^\| [a-z_]+ \| ${1:-[a-z0-9]+} \|" "$LOGS/paces.log" 2> /dev/null | sort -t'|' -k8,8 -n
+}
+
+flags_of_row() {  # the run.py flags in a step_pace.py row's last cell
+  sed -n 's/.*`\(.*\)`.*/\1/p'
+}
+
+handout_run() {  # handout_run NAME FLAGS...: vanilla's handout pretraining, finetuning, dev score and frames readout
+  local name=$1 w=$LOGS/$1 rc
+  shift
+  mkdir -p "$w"
+  note; note "## The handout's vanilla, whole processes: \`$*\`"
+  timed "${name}_pretrain" 240 "$PY" src/run.py pretrain vanilla data/wiki.txt "$@" --writing_params_path "$w/pre.params"
+  rc=$?
+  note '```'; note "$(bar_lines "$LOGS/${name}_pretrain.log" | grep -E 'epoch [0-9]+/' | tail -1)"
+  grep -E 'pretrained|seconds|minutes' "$LOGS/${name}_pretrain.log" | tail -3 >> "$SUMMARY"; note '```'
+  (( rc == 0 )) || return
+  local data=(--finetune_corpus_path data/birth_places_train.tsv --eval_corpus_path data/birth_dev.tsv)
+  timed "${name}_finetune" 90 "$PY" src/run.py finetune vanilla data/wiki.txt "$@" --reading_params_path \
+    "$w/pre.params" --writing_params_path "$w/ft.params" --finetune_corpus_path data/birth_places_train.tsv
+  timed "${name}_dev" 60 "$PY" src/run.py evaluate vanilla data/wiki.txt "$@" --reading_params_path "$w/ft.params" \
+    "${data[@]}" --outputs_path "$w/dev.predictions"
+  timed "${name}_frames" 150 "$PY" src/run.py evaluate vanilla data/wiki.txt "$@" --readout frames \
+    --reading_params_path "$w/pre.params" "${data[@]}" --outputs_path "$w/frames.dev.predictions"
+  note '```'
+  for part in dev frames; do note "$part: $(grep -E '^Correct' "$LOGS/${name}_$part.log" 2> /dev/null | tail -1)"; done
+  note '```'
+}
+
+if [[ " $PARTS " == *" paces "* ]]; then
+  note; note "## vanilla's handout pretraining under each way of running its step"
+  timed paces 240 "$PY" experiments/step_pace.py --epochs 3
+  note; grep -E '^(vanilla|\| )' "$LOGS/paces.log" >> "$SUMMARY" 2> /dev/null
+fi
+
+if [[ " $PARTS " == *" handout "* ]]; then
+  read -r -a best <<< "${FLAGS-$(pace_rows | head -1 | flags_of_row)}"
+  handout_run handout ${best[@]+"${best[@]}"}
+fi
+
+if [[ " $PARTS " == *" handout_fp32 "* ]] && [[ " ${best[*]-} " == *" --precision "* ]]; then
+  read -r -a fp32 <<< "$(pace_rows fp32 | head -1 | flags_of_row)"
+  handout_run handout_fp32 ${fp32[@]+"${fp32[@]}"}
+fi
 
 if [[ " $PARTS " == *" suite "* ]]; then
   note; note "## The whole suite with CUDA visible"

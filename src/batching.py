@@ -39,14 +39,15 @@ class EpochBatches:
     drawn with its own seed: EpochKeys, and the next epoch drawn while this one trains), in
     chunks of one batch, or of LENGTH_GROUPING_POOL batches with group_by_length;
     bucket_rows then cuts each batch after its last real target (full_padding leaves the
-    batches at the block size, as the course's are; fixed_shapes too, and pads the epoch's
-    short last batch with rows without targets, so that every batch has one shape).
+    batches at the block size, as the course's are; fixed_shapes, or a captured step, too, and
+    pads the epoch's short last batch with rows without targets, so that every batch has one shape).
     """
 
     def __init__(self, dataset, config, device=None):
         self.dataset, self.config, self.device = dataset, config, device or torch.device("cpu")
         self.generator = torch.Generator()
-        self.cut = not (config.full_padding or config.fixed_shapes)  # rows cut after their last real target
+        self.fixed = config.fixed_shapes or config.captured_step != "off"  # a captured step replays one shape
+        self.cut = not (config.full_padding or self.fixed)  # rows cut after their last real target
         pool = LENGTH_GROUPING_POOL if config.group_by_length and self.cut else 1
         self.chunk_size = config.batch_size * pool
         self.loader, self.keys, self.ahead = None, None, None
@@ -106,7 +107,7 @@ class EpochBatches:
             xs.append(x)
             ys.append(y)
         x, y = torch.cat(xs), torch.cat(ys)
-        if self.config.fixed_shapes:
+        if self.fixed:
             x, y = padded_rows(x, y, len(self) * size)
         if not self.cut:
             batches = [(slice(i, i + size), x.size(1)) for i in range(0, len(y), size)]

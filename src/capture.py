@@ -1,6 +1,6 @@
 """
 One training step captured once and replayed (Recipe.captured_step): the forward, the backward,
-the clipping and the fused AdamW of a batch of one shape (fixed_shapes), launched as one CUDA
+the clipping and the fused AdamW of a batch of one shape (as fixed_shapes gives), launched as one CUDA
 graph instead of hundreds of kernels from the host. "cuda_graph" captures it with PyTorch's
 torch.cuda.graph; "compiled" with torch.compile(mode="reduce-overhead") (its graphs, and the
 compile time). Off CUDA, or over several ranks, the step runs as it is, uncaptured.

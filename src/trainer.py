@@ -7,13 +7,15 @@ escape it), the course's warmup and cosine by tokens seen (schedule.py), gradien
 clipping, fp32. decay_groups="matmul" (nanoGPT's) and lr_schedule="clamped" are switches;
 the decay groups alone cost the course's recipe most of its accuracy (docs/optimisation.md).
 
-How a step's loss adds up (train_step): every forward pass adds its mean loss times its
+How a step's loss adds up (gradient_step): every forward pass adds its mean loss times its
 share of the global batch's real targets, times the number of ranks (whose gradients
 DistributedDataParallel averages). So a batch cut into passes (batching.py), split over
 ranks, or scored with GPT-1's auxiliary loss (finetune_lm_weight > 0: the question's
 characters, a second kind of target; objective.py) has the gradient of the batch's mean loss.
 Exact savings, on by default: batches cut after their last real target, CPU passes of
-rows of similar length, the fused AdamW, the loss read back every log_every steps.
+rows of similar length, the fused AdamW, an epoch's data drawn at once, the loss read back
+only every log_every steps (loss_tally.py). With fixed_shapes a step reads nothing back, so
+that it can be captured as one CUDA graph (captured_step, capture.py).
 
 A non-finite loss stops training (RunError naming the step) where the loss is read back
 next, before anything from that step on is written. With checkpoint_path, the state_dict
@@ -41,7 +43,7 @@ from batching import EpochBatches, forward_passes, rank_rows
 from capture import captured, lr_tensor
 from config import HANDOUT
 from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
-from errors import RunError
+from loss_tally import LossTally
 from objective import Objective
 from params import save_params
 from schedule import TokenSchedule
@@ -51,7 +53,6 @@ logger = logging.getLogger(__name__)
 
 CPU_MICRO_BATCH = 16  # rows per forward pass on the CPU: few enough to share a length, enough for efficient matmuls
 COURSE_NO_DECAY = ("bias", "LayerNorm.weight")  # the course's AdamW rule: names containing these are not decayed
-NO_STEP = 2**62  # "no non-finite loss yet", larger than any step
 
 
 class TrainerConfig:
@@ -112,6 +113,21 @@ def parameter_groups(model, weight_decay, groups="course"):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def course_adamw(model, config, device):
+    """
+    The course's AdamW (parameter_groups), fused where PyTorch has it (fused_adamw None); for a
+    captured step capturable, its rate a tensor on the device that the scheduler writes in place.
+    """
+    fused = device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
+    capture = config.captured_step != "off"
+    groups = parameter_groups(model, config.weight_decay, config.decay_groups)
+    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused, capturable=capture)
+    if capture:
+        for group in optimizer.param_groups:
+            group["initial_lr"], group["lr"] = group["lr"], lr_tensor(group["lr"], device)
+    return optimizer
+
+
 class Precision:
     """The step's arithmetic: fp32, TF32 matmuls (CUDA), or bf16 / fp16 autocast (fp16 with a GradScaler)."""
 
@@ -131,22 +147,6 @@ class Precision:
         torch.nn.utils.clip_grad_norm_(parameters, clip)
         self.scaler.step(optimizer)
         self.scaler.update()
-
-
-class ReadLater:
-    """A device scalar copied to the host without waiting; value() waits for that copy only (not for later steps)."""
-
-    def __init__(self, scalar):
-        self.host, self.copied = scalar, None
-        if scalar.device.type == "cuda":
-            self.host = torch.empty((), dtype=scalar.dtype, pin_memory=True).copy_(scalar, non_blocking=True)
-            self.copied = torch.cuda.Event()
-            self.copied.record()
-
-    def value(self):
-        if self.copied is not None:
-            self.copied.synchronize()
-        return self.host.item()
 
 
 class TrainingInterrupted(Exception):
@@ -170,23 +170,18 @@ class Trainer:
         self.train_dataset, self.test_dataset = train_dataset, test_dataset
         self.rank, self.world_size = rank_and_world_size()
         self.precision = Precision(c.precision, self.device)
-        fused = self.device.type in ("cuda", "cpu") if c.fused_adamw is None else c.fused_adamw
-        groups = parameter_groups(model, c.weight_decay, c.decay_groups)
-        capture = c.captured_step != "off"
-        self.optimizer = torch.optim.AdamW(groups, lr=c.learning_rate, betas=c.betas, fused=fused, capturable=capture)
-        if capture:  # the rate in a tensor a captured step reads; the scheduler writes it in place
-            for group in self.optimizer.param_groups:
-                group["initial_lr"], group["lr"] = group["lr"], lr_tensor(group["lr"], self.device)
+        self.optimizer = course_adamw(model, c, self.device)
         self.schedule = TokenSchedule(c, len(train_dataset), train_dataset[0][0].numel())
         self.scheduler = LambdaLR(self.optimizer, self.schedule.factor)
         self.objective = Objective(c.finetune_lm_weight)
         self.batches = EpochBatches(train_dataset, c, self.device)
         self.micro_batch_size = c.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else None)
-        # the progress: steps taken, the epoch in progress (0-based), its batches done and loss so far
+        # the progress: steps taken, the epoch in progress (0-based), its batches done (its loss: tally)
         self.step, self.epoch, self.batches_done = 0, 0, 0
         self.epoch_losses = []  # mean training loss of every finished epoch
-        self.epoch_loss = torch.zeros((), device=self.device)
-        self.first_nonfinite = torch.full((), NO_STEP, device=self.device)  # the first step whose loss was not
+        self.tally = LossTally(
+            self.device, self.world_size, c.learning_rate, self.schedule
+        )  # the loss, read when shown
         self.data_seed = c.data_seed if c.data_seed is not None else int(torch.randint(2**62, ()))
         self.epoch_random_state = random.getstate()  # the span corruption's draws replay from it
         self.last_save = time.monotonic()
@@ -204,7 +199,6 @@ class Trainer:
             self.forward = torch.compile(self.forward, dynamic=True)
         self.descend = captured(self.gradient_step, c.captured_step, self.device, self.world_size)
         self.bar = None  # train()'s progress bar, closed when it returns
-        self.window = None  # the last logging window: step, lr, steps, ReadLater loss sum and first non-finite step
 
     def train(self):
         """Run the epochs from the start, or from the checkpoint when resuming."""
@@ -229,26 +223,20 @@ class Trainer:
         self.model.train()
         self.epoch_random_state = random.getstate()
         next_seed = self.data_seed + epoch + 1 if epoch + 1 < c.max_epochs else None
-        window_loss, window_steps = torch.zeros((), device=self.device), 0
         for x, y in self.batches.epoch(self.data_seed + epoch, self.batches_done, next_seed):
             lr, loss = self.train_step(x, y)
             self.bar.update()
             self.batches_done += 1
-            self.epoch_loss += loss
-            window_loss += loss
-            window_steps += 1
             logged = self.step % c.log_every == 0
             if logged:
-                self.report_window()
-                self.window = (self.step, lr, window_steps, *self.read_later(window_loss))
-                window_loss, window_steps = torch.zeros((), device=self.device), 0
+                self.report(self.tally.close_window(self.step, lr))
             if self.timed_checkpoint_due(logged) or caught:  # caught only has signals when there is a checkpoint path
-                self.read_back(self.epoch_loss)
+                self.tally.epoch_sum()  # after a non-finite loss, no checkpoint
                 self.save_checkpoint()
             if caught:
                 raise TrainingInterrupted(caught[0], self.step, c.checkpoint_path)
-        self.report_window()
-        self.epoch_losses.append(self.read_back(self.epoch_loss) / len(self.batches))
+        self.report(self.tally.read_closed())
+        self.epoch_losses.append(self.tally.epoch_sum() / len(self.batches))
         self.bar.set_description(f"epoch {epoch + 1}/{c.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
         self.log("train/epoch_loss", self.epoch_losses[-1])
         if self.test_dataset is not None:
@@ -260,27 +248,20 @@ class Trainer:
         if c.epoch_end is not None:
             c.epoch_end(epoch + 1)
         self.epoch, self.batches_done = epoch + 1, 0
-        self.epoch_loss = torch.zeros((), device=self.device)
+        self.tally.new_epoch()
         self.epoch_random_state = random.getstate()
         last = self.epoch == c.max_epochs
         if c.checkpoint_path and (c.checkpoint_every_epoch or last or self.timed_checkpoint_due(logged=True)):
             self.save_checkpoint()
 
-    def report_window(self):
-        """
-        The last logging window's mean loss and learning rate to the bar and TensorBoard, read
-        back a window after it ended (its copy long done: the GPU never waits), and the stop
-        if a step so far had a non-finite loss. Nothing before the first window ends.
-        """
-        if self.window is None:
-            return
-        step, lr, steps, loss_sum, first_nonfinite = self.window
-        self.window = None
-        self.stop_if_nonfinite(int(first_nonfinite.value()))
-        mean = loss_sum.value() / (steps * self.world_size)
-        self.bar.set_description(f"epoch {self.epoch + 1}/{self.config.max_epochs} loss {mean:.4f} lr {lr:.2e}", False)
-        self.log("train/loss", mean, step)
-        self.log("train/lr", lr, step)
+    def report(self, window):
+        """A logging window's (step, rate, mean loss), if any, to the bar and TensorBoard."""
+        if window is not None:
+            step, lr, loss = window
+            description = f"epoch {self.epoch + 1}/{self.config.max_epochs} loss {loss:.4f} lr {lr:.2e}"
+            self.bar.set_description(description, refresh=False)
+            self.log("train/loss", loss, step)
+            self.log("train/lr", lr, step)
 
     def train_step(self, x, y):
         """
@@ -292,8 +273,7 @@ class Trainer:
         lr = self.config.learning_rate * self.schedule.factor(self.step)
         self.scheduler.step()
         self.step += 1
-        failed = self.first_nonfinite.clamp(max=self.step)
-        self.first_nonfinite = torch.where(torch.isfinite(loss), self.first_nonfinite, failed)
+        self.tally.add(loss, self.step)
         return lr, loss
 
     def gradient_step(self, x, y):
@@ -335,29 +315,6 @@ class Trainer:
             return due
         return bool(over_ranks(torch.tensor(int(due), device=self.device), dist.ReduceOp.MAX))
 
-    def read_later(self, loss_sum):
-        """A per-rank loss sum and the first non-finite step, made global and copied to the host without waiting."""
-        return ReadLater(over_ranks(loss_sum, dist.ReduceOp.SUM)), ReadLater(
-            over_ranks(self.first_nonfinite, dist.ReduceOp.MIN)
-        )
-
-    def read_back(self, value):
-        """
-        A per-rank loss sum made global and read back now, after stopping with RunError if a
-        step so far had a non-finite loss (every rank must call this at the same step).
-        """
-        self.stop_if_nonfinite(int(over_ranks(self.first_nonfinite, dist.ReduceOp.MIN)))
-        return (over_ranks(value, dist.ReduceOp.SUM) / self.world_size).item()
-
-    def stop_if_nonfinite(self, step):
-        """RunError naming `step`, the first step whose loss was not finite, unless it is NO_STEP."""
-        if step != NO_STEP:
-            lr = self.config.learning_rate * self.schedule.factor(step - 1)
-            raise RunError(
-                f"the training loss is not finite at step {step} (learning rate {lr:.3g}): "
-                "training stopped; nothing was written from that step on"
-            )
-
     def log(self, name, value, step=None):
         """A scalar for TensorBoard, by step (this one unless told; rank 0's writer, if any)."""
         if self.config.writer is not None:
@@ -381,7 +338,7 @@ class Trainer:
             "batches_done": self.batches_done,  # ... and how many of its batches are done
             "step": self.step,
             "epoch_losses": list(self.epoch_losses),
-            "epoch_loss_so_far": float(self.epoch_loss),
+            "epoch_loss_so_far": float(self.tally.epoch),
             "data_seed": self.data_seed,
             "python_random": self.epoch_random_state,  # the span corruption's draws replay from it
             "torch_random": torch.get_rng_state(),
@@ -399,7 +356,7 @@ class Trainer:
         self.precision.scaler.load_state_dict(state["scaler"])
         self.epoch, self.batches_done, self.step = state["epoch"], state["batches_done"], state["step"]
         self.epoch_losses = list(state["epoch_losses"])
-        self.epoch_loss = torch.full((), state["epoch_loss_so_far"], device=self.device)
+        self.tally.epoch.fill_(state["epoch_loss_so_far"])
         self.data_seed = state["data_seed"]
         random.setstate(state["python_random"])
         # dropout's generators; the skipped batches are replayed from the data's own generators

@@ -46,7 +46,7 @@ def test_off_cuda_the_captured_steps_code_trains_as_the_plain_step(corpus, way):
     """The rate in a tensor and AdamW's capturable state, run uncaptured: the plain step's params, bit for bit."""
     plain = trainer_of(corpus, fixed_shapes=True)
     plain.train()
-    captured = trainer_of(corpus, fixed_shapes=True, captured_step=way)
+    captured = trainer_of(corpus, captured_step=way)
     assert torch.is_tensor(captured.optimizer.param_groups[0]["lr"])
     captured.train()
     assert captured.epoch_losses == plain.epoch_losses
@@ -86,11 +86,12 @@ def test_the_step_compiles_once_while_the_learning_rate_moves(corpus, captured_s
     assert torch.equal(params_of(trainer), params_of(eager))
 
 
-def test_a_captured_step_needs_fixed_shapes_and_no_fp16():
-    for settings in [dict(), dict(fixed_shapes=True, precision="fp16")]:
-        with pytest.raises(RunError, match="captured_step replays one batch shape"):
-            Recipe(captured_step="cuda_graph", **settings)
-    assert Recipe(captured_step="cuda_graph", fixed_shapes=True).captured_step == "cuda_graph"
+def test_a_captured_step_has_batches_of_one_shape_and_no_fp16(corpus):
+    with pytest.raises(RunError, match="captured_step cannot go with --precision fp16"):
+        Recipe(captured_step="cuda_graph", precision="fp16")
+    trainer = trainer_of(corpus, captured_step="cuda_graph")
+    shapes = {tuple(x.shape) for x, _ in trainer.batches.epoch(0)}
+    assert len(corpus) % 8 and shapes == {(8, 63)}, "the short last batch grown to the batch size, at full width"
 
 
 @cuda_only

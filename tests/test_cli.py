@@ -18,6 +18,7 @@ import benchmark
 import hooks
 import pipeline
 import probed_pretraining
+import step_pace
 from config import BLOCK_SIZE, HANDOUT, RECIPES, Stage, parse_stages
 from conftest import CPU_FLAGS, ROOT, RUNS_DIR, SMALL, TINY, cli, evaluate_args, finetune_args, run_process
 from conftest import run_main as main
@@ -450,6 +451,25 @@ def test_benchmark_counts_what_a_step_dispatches(tiny_world, tmp_path, monkeypat
     assert rows["full_padding"][0] == rows["fixed_shapes"][0] > 0
     assert passes[1] > one_pass[1] >= 1 and rows["fixed_shapes"][1] == 0
     assert all(row[3] >= 1 for row in [passes, one_pass, *rows.values()])  # a read-back reads the loss on the host
+
+
+def test_step_pace_rows_each_way_with_the_flags_that_give_it(tiny_world, tmp_path, monkeypatch, capsys):
+    """experiments/step_pace.py: a row per way and precision, its projection from its epochs, the flags run.py takes."""
+    narrow = dict(n_layer=1, n_head=2, n_embd=32)
+    monkeypatch.setattr(step_pace, "model_config", lambda v, vocab, block: variant_config(v, vocab, block, **narrow))
+    data = benchmark_data(tiny_world, tmp_path / "data")
+    step_pace.main(["--data", str(data), "--device", "cpu", "--epochs", "2", "--precisions", "fp32"])
+    rows = [
+        line.split(" | ") for line in capsys.readouterr().out.splitlines() if re.match(r"^\| [a-z_]+ \| fp32", line)
+    ]
+    assert [row[0][2:] for row in rows] == list(step_pace.WAYS)
+    for way, _, first, steps, host, gpu, projected, flags in rows:
+        assert gpu == "" and float(host) > 0  # no GPU time on the CPU
+        # the first epoch, then 649 at the fastest pace: one step an epoch (fewer people than a batch)
+        assert float(projected[:-2]) == pytest.approx(float(first[:-2]) + 649 / float(steps), rel=0.05, abs=1)
+        argv = ["pretrain", "vanilla", "w.txt", *flags.strip(" |`").split()]
+        recipe = arguments.parse(argv, arguments.build_parser())[0].recipe
+        assert {k: getattr(recipe, k) for k in step_pace.WAYS[way[2:]]} == step_pace.WAYS[way[2:]]
 
 
 def test_pretraining_settings_pass_through_finetune_and_evaluate(tiny_world, tmp_path):

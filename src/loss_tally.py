@@ -1,0 +1,102 @@
+"""
+The training loss as the trainer keeps it: summed on the device step by step, and read back to
+the host only where it is shown or saved (logging steps, an epoch's end, a checkpoint), summed
+over the ranks; with it, the first step whose loss was not finite, which stops the training
+(RunError naming the step) where the loss is read back next, before anything from that step on
+is written.
+"""
+
+import torch
+import torch.distributed as dist
+
+from distributed import over_ranks
+from errors import RunError
+
+NO_STEP = 2**62  # "no non-finite loss yet", larger than any step
+
+
+class ReadLater:
+    """A device scalar copied to the host without waiting; value() waits for that copy only (not for later steps)."""
+
+    def __init__(self, scalar):
+        self.host, self.copied = scalar, None
+        if scalar.device.type == "cuda":
+            self.host = torch.empty((), dtype=scalar.dtype, pin_memory=True).copy_(scalar, non_blocking=True)
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+
+    def value(self):
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.host.item()
+
+
+class LossTally:
+    """
+    The epoch's and the logging window's sums of this rank's step losses (device scalars), and
+    the first non-finite step; the peak learning rate and the schedule (schedule.TokenSchedule)
+    name a step's rate in the error. Every rank must read back at the same steps (the sums are
+    reduced over the ranks).
+    """
+
+    def __init__(self, device, world_size, learning_rate, schedule):
+        self.device, self.world_size = device, world_size
+        self.learning_rate, self.schedule = learning_rate, schedule
+        self.epoch = torch.zeros((), device=device)
+        self.window, self.window_steps = torch.zeros((), device=device), 0
+        self.first_nonfinite = torch.full((), NO_STEP, device=device)
+        self.closed = None  # the last window closed: (step, rate, steps, ReadLater loss sum, first non-finite step)
+
+    def add(self, loss, step):
+        """Step `step`'s loss into both sums, and `step` noted if the loss is not finite; nothing read back."""
+        self.epoch += loss
+        self.window += loss
+        self.window_steps += 1
+        failed = self.first_nonfinite.clamp(max=step)
+        self.first_nonfinite = torch.where(torch.isfinite(loss), self.first_nonfinite, failed)
+
+    def close_window(self, step, rate):
+        """
+        At a logging step: this window's sum and the first non-finite step start their copy to
+        the host, and a new window opens. Returns the window closed before, read back now that
+        its copy is long done (a GPU never waits for it): (step, rate, mean loss), or None.
+        """
+        last = self.read_closed()
+        sums = ReadLater(over_ranks(self.window, dist.ReduceOp.SUM))
+        self.closed = (
+            step,
+            rate,
+            self.window_steps,
+            sums,
+            ReadLater(over_ranks(self.first_nonfinite, dist.ReduceOp.MIN)),
+        )
+        self.window, self.window_steps = torch.zeros((), device=self.device), 0
+        return last
+
+    def read_closed(self):
+        """The last window closed, unread: (step, rate, mean loss), or None; RunError after a non-finite loss."""
+        if self.closed is None:
+            return None
+        step, rate, steps, loss_sum, first_nonfinite = self.closed
+        self.closed = None
+        self.stop_if_nonfinite(int(first_nonfinite.value()))
+        return step, rate, loss_sum.value() / (steps * self.world_size)
+
+    def epoch_sum(self):
+        """The epoch's loss sum so far, over the ranks' mean, read back now (RunError after a non-finite loss)."""
+        self.stop_if_nonfinite(int(over_ranks(self.first_nonfinite, dist.ReduceOp.MIN)))
+        return (over_ranks(self.epoch, dist.ReduceOp.SUM) / self.world_size).item()
+
+    def new_epoch(self):
+        """Both sums from zero (what the last epoch's window did not close is in its epoch's sum)."""
+        self.epoch = torch.zeros((), device=self.device)
+        self.window, self.window_steps = torch.zeros((), device=self.device), 0
+
+    def stop_if_nonfinite(self, step):
+        """RunError naming `step`, the first step whose loss was not finite, unless it is NO_STEP."""
+        if step != NO_STEP:
+            raise RunError(
+                f"the training loss is not finite at step {step} "
+                f"(learning rate {self.learning_rate * self.schedule.factor(step - 1):.3g}): "
+                "training stopped; nothing was written from that step on"
+            )
