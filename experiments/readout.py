@@ -31,6 +31,7 @@ import torch
 import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
+from dataset import biographies, name_of
 from decoding import greedy_completions, predict_places
 from distributed import exit_process
 from inputs import answered_pairs
@@ -39,7 +40,7 @@ from utils import eval_mode
 
 def option_table(model, corpus, ensemble, pairs, device):
     """Each person's place written by each of the ensemble's writers, and {place: summed score}."""
-    names = [frames.name_of(question) for question, _ in pairs]
+    names = [name_of(question) for question, _ in pairs]
     written = frames.candidates(model, corpus, names, ensemble.writers, ensemble.skips, device)
     options = [sorted({place for place in row if place}) for row in written]
     totals = frames.option_scores(model, corpus, names, options, ensemble.scorers, ensemble.end, device)
@@ -103,7 +104,7 @@ def branched_places(model, corpus, ensemble, names, k, device):
 
 def first_chars_table(model, corpus, ensemble, pairs, ks, device):
     """The ensemble on `pairs` with candidates from the K likeliest characters at the place's start, for each K."""
-    names = [frames.name_of(question) for question, _ in pairs]
+    names = [name_of(question) for question, _ in pairs]
     print("\n| likeliest first characters | candidates a person | place among them | last 400 | CPU time |")
     print("| --- | --- | --- | --- | --- |")
     for k in ks:
@@ -124,12 +125,12 @@ def controls(model, corpus, training, held_out, size, device):
     held-out pairs, beside the handout's question on the same params and the most frequent
     training place; split by whether the person's biography names the place.
     """
-    names = [frames.name_of(question) for question, _ in held_out]
+    names = [name_of(question) for question, _ in held_out]
     ensemble = frames.fitted_ensemble(model, corpus, training, size, device)
     readout = [answer for answer, _ in ensemble.answers(model, corpus, names, device)]
     asked = predict_places(model, [question for question, _ in held_out], corpus.stoi, corpus.itos, device)
     commonest = collections.Counter(place for _, place in training).most_common(1)[0][0]
-    bios = frames.biographies(corpus.data, names)
+    bios = biographies(corpus.data, names)
     named = [place in bios.get(name, "") for name, (_, place) in zip(names, held_out)]
     groups = [("all", [True] * len(held_out)), ("biography names the place", named)]
     groups.append(("biography does not name it", [not n for n in named]))
@@ -162,7 +163,7 @@ def main(argv=None):
         fitting, checking = pairs[:1600], pairs[-400:]
         started = time.process_time()
         mined = frames.mine(corpus.data, fitting, frames.least_people(fitting))
-        names = [frames.name_of(question) for question, _ in fitting]
+        names = [name_of(question) for question, _ in fitting]
         written = frames.candidates(model, corpus, names, [frame for frame, _ in mined.frames], mined.skips, device)
         print(f"date words: {' '.join(sorted(mined.skips))}\n")
         print(f"| frame | people (of {len(fitting)}) | scores | zero-shot, first 1,600 |\n| --- | --- | --- | --- |")

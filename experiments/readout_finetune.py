@@ -28,7 +28,7 @@ import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from config import RECIPES, RunConfig
-from dataset import PAD_CHAR, known_characters
+from dataset import PAD_CHAR, known_characters, name_of
 from decoding import predict_places
 from distributed import exit_process
 from inputs import answered_pairs
@@ -57,7 +57,7 @@ class FramedPairs(torch.utils.data.Dataset):
         self.rows = []
         for question, place in pairs:
             for frame in scorers:
-                asked = frames.prompt(frame, frames.name_of(question))
+                asked = frames.prompt(frame, name_of(question))
                 answer = known_characters(place + end, corpus.stoi)[0]
                 if len(asked) + len(answer) > self.block_size:
                     continue
@@ -110,7 +110,7 @@ def main(argv=None):
         ensemble = frames.fitted_ensemble(setup.model, corpus, fitting, args.writers, device)
         print(f"writers: {', '.join(ensemble.writers)}\nscorers: {', '.join(ensemble.scorers)}\n")
         print("| run | frames readout, last 400 | the handout question, last 400 | CPU s |\n| --- | --- | --- | --- |")
-        names, questions = [frames.name_of(q) for q, _ in checking], [q for q, _ in checking]
+        names, questions = [name_of(q) for q, _ in checking], [q for q, _ in checking]
         with tempfile.TemporaryDirectory() as folder:
             fitting_path = os.path.join(folder, "train1600.tsv")
             with open(fitting_path, "w", encoding="utf-8") as f:

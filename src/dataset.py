@@ -15,6 +15,7 @@ characters of the pretraining corpus.
 import copy
 import functools
 import random
+import re
 import sys
 
 import torch
@@ -33,12 +34,37 @@ def known_characters(text, stoi):
     return kept, len(text) - len(kept)
 
 
+QUESTION = re.compile(r"Where was (.+) born\?")  # the handout's question
+
+
 def numbered_lines(text):
     """(line number, line) for the non-empty lines of a text, a trailing carriage return removed."""
     for lineno, line in enumerate(text.split("\n"), 1):
         line = line[:-1] if line.endswith("\r") else line
         if line:
             yield lineno, line
+
+
+def name_of(question):
+    """The name in "Where was NAME born?"; ValueError for any other question."""
+    match = QUESTION.fullmatch(question.strip())
+    if not match:
+        raise ValueError(f"{question!r} is not of the form 'Where was NAME born?'")
+    return match.group(1)
+
+
+def biographies(documents, names):
+    """{name: its biography after "NAME. "}: the first corpus line that opens with each name and a full stop."""
+    by_first_word = {}
+    for document in documents:
+        by_first_word.setdefault(document.split(" ")[0], []).append(document)
+    found = {}
+    for name in names:
+        lines = (d for d in by_first_word.get(name.split(" ")[0], []) if d.startswith(name + ". "))
+        body = next(lines, None)
+        if body is not None:
+            found[name] = body[len(name) + 2 :]
+    return found
 
 
 def corpus_lines(text):

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from dataset import MASK_CHAR
+from dataset import MASK_CHAR, biographies, name_of
 from model import KVCache
 from utils import eval_mode, sample
 
@@ -184,7 +184,8 @@ def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):
     Which of the pairs' birthplaces the model has memorised from the corpus.
 
     pairs: (question, place) from a "Where was X born?" file. For each person whose
-    document (the corpus line that starts with their name) names the place within
+    document (the corpus line that starts with their name and a full stop:
+    dataset.biographies) names the place within
     the first block_size-1 characters, the model continues the document from just
     before the place; it recalls the place if its greedy continuation starts with it.
     prompt(name, document_before_place) -> text gives the model other text to continue
@@ -194,14 +195,16 @@ def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):
     Returns, per pair, True or False, or None where the person could not be probed.
     """
     context = model.get_block_size() - 1
-    by_first_word = {}
-    for document in documents:
-        by_first_word.setdefault(document.split(" ")[0], []).append(document)
+    names = []
+    for question, _ in pairs:
+        try:
+            names.append(name_of(question))
+        except ValueError:  # a question the vocabulary could not spell whole is not probed
+            names.append(None)
+    bios = biographies(documents, [name for name in names if name is not None])
     prompts, places, probed = [], [], []
-    for question, place in pairs:
-        name = question.removeprefix("Where was ").removesuffix(" born?")
-        candidates = by_first_word.get(name.split(" ")[0], [])
-        document = next((d for d in candidates if d.startswith(name + ".")), "")
+    for name, (_, place) in zip(names, pairs):
+        document = f"{name}. {bios[name]}" if name in bios else ""
         at = document.find(place)
         can_probe = 0 < at and at + len(place) <= context and all(c in stoi for c in document[: at + len(place)])
         if can_probe:

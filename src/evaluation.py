@@ -10,11 +10,12 @@ import logging
 import math
 
 import frames
-from dataset import MASK_CHAR
+from dataset import MASK_CHAR, question_place_pairs
 from decoding import predict_answers, recalled_places
 from distributed import rank_and_world_size
 from errors import RunError
-from inputs import answered_pairs, encodable_questions
+from files import resolve_data_path
+from inputs import encodable_questions, read_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +33,14 @@ def details_lines(questions, answers, places=None):
     """
     A line of JSON per question: the question, the answer, its log-probability (the
     characters and the closing MASK), its lowest character probability, whether the model
-    closed it, and, with the file's places, whether it is right (NaN scores become null).
+    closed it, and, with the file's places, whether it is right (a score that is not a
+    finite number, NaN or a question without a candidate's -inf, becomes null: valid JSON).
     """
     lines = []
     for i, (question, answer) in enumerate(zip(questions, answers)):
         row = dict(question=question, answer=answer.text, logprob=answer.logprob, min_prob=answer.min_prob)
         row["closed"] = answer.closed
-        row = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+        row = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
         if places is not None:
             row["correct"] = answer.text == places[i]
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
@@ -93,22 +95,32 @@ def recall_line(recalled, probed):
     return f"Recalled: {recalled} out of {probed}: {round(recalled / max(1, probed) * 100, 2)}%"
 
 
-def readout_share(cfg, metadata, corpus, model, questions, device):
+def readout_share(cfg, metadata, corpus, model, rows, device):
     """
-    This rank's share (every world_size-th) of the Answers to `questions`, read out as the
+    This rank's share (every world_size-th) of the Answers to the questions of `rows` [(line
+    number, question, place or None)] of eval_corpus_path, read out as the
     recipe says: greedy after the handout's question, or the frames readout's, its ensemble
-    fitted on the training pairs of finetune_corpus_path (metadata: that of the params read).
+    fitted on the training pairs of finetune_corpus_path and kept beside the params
+    (frames.kept_ensemble; metadata: that of the params read).
     """
     rank, world_size = rank_and_world_size()
     r = cfg.recipe
     if r.readout == "question":
-        mine = encodable_questions(corpus, questions)[rank::world_size]
+        mine = encodable_questions(corpus, [question for _, question, _ in rows])[rank::world_size]
         return predict_answers(model, mine, corpus.stoi, corpus.itos, device, sequential=r.sequential_decoding)
     if (metadata or {}).get("function") == "finetune":
         logger.warning(
             f"{cfg.reading_params_path} are finetuned params: the frames readout asks in the corpus's words, "
             "which finetuning on the question unlearns (docs/readout.md)"
         )
-    names = encodable_questions(corpus, frames.names_of(questions, cfg.eval_corpus_path), "names")
-    training = answered_pairs(cfg.finetune_corpus_path, "finetuning corpus")
-    return frames.answers(model, corpus, names[rank::world_size], training, r.readout_frames, device)
+    names = encodable_questions(corpus, frames.names_of(rows, cfg.eval_corpus_path), "names")
+    training = read_pairs(cfg.finetune_corpus_path, "finetuning corpus", question_place_pairs)
+    frames.names_of(training, resolve_data_path(cfg.finetune_corpus_path), corpus.stoi)
+    pairs = [(question, place) for _, question, place in training]
+
+    def fit():
+        return frames.fitted_ensemble(model, corpus, pairs, r.readout_frames, device)
+
+    training_path = resolve_data_path(cfg.finetune_corpus_path)
+    ensemble = frames.kept_ensemble(cfg.reading_params_path, training_path, r.readout_frames, fit)
+    return frames.answers(model, corpus, names[rank::world_size], ensemble, device)

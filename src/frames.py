@@ -8,72 +8,66 @@ that precedes it, kept where enough people share them). A question is answered b
 ensemble: the greedy continuation of each of a few frames (the writers, chosen on the
 training people) gives a candidate place, and the candidate that the frames coming right
 before a place find likeliest (log-probabilities summed over them) is the answer. Nothing
-here reads the people asked but their names.
+here reads the people asked but their names. The fitted ensemble is kept beside the params
+(kept_ensemble), so that the next questions on the same params are answered without refitting.
 """
 
 import collections
+import contextlib
 import dataclasses
+import hashlib
+import json
+import logging
 import math
 import re
 
 import torch
 
-from dataset import known_characters
+from dataset import biographies, known_characters, name_of
 from decoding import Answer, greedy_completions
+from distributed import rank_and_world_size
 from errors import RunError
+from files import atomic_write
 from utils import eval_mode
 
+logger = logging.getLogger(__name__)
+
 NAME = "NAME"
-QUESTION = re.compile(r"Where was (.+) born\?")
 MOST_WORDS = 3  # a frame is at most the last three words before the place
 PLACE_STEPS = 32  # characters written after a frame, enough for the place
 POOL = 8  # the writers are chosen among the frames that alone answer most training people
 FIT_PEOPLE = 500  # the writers are chosen on this many of the training people, evenly through their file
 MIN_SHARE = 0.01  # a frame is mined where at least this share of the training people (and two) share it
+KEPT = ".readout.json"  # beside the params: the readout fitted on them, read back while its key holds
 
 
-def name_of(question):
-    """The name in "Where was NAME born?"; ValueError for any other question."""
-    match = QUESTION.fullmatch(question.strip())
-    if not match:
-        raise ValueError(f"{question!r} is not of the form 'Where was NAME born?'")
-    return match.group(1)
-
-
-def names_of(questions, path):
-    """The name of each "Where was NAME born?" question of the file at `path`; RunError at the first that is not."""
+def names_of(rows, path, stoi=None):
+    """
+    The name of each "Where was NAME born?" question of the file at `path`, rows [(line
+    number, question, ...)]; RunError at the first that is not, and, given the vocabulary
+    `stoi`, at the first name it cannot spell.
+    """
     names = []
-    for line, question in enumerate(questions, 1):
+    for line, question, *_ in rows:
         try:
             names.append(name_of(question))
         except ValueError as e:
             raise RunError(f"{path}, line {line}: {e}; the frames readout asks only that question") from None
+        unknown = sorted(set(names[-1]) - set(stoi or names[-1]))
+        if unknown:
+            raise RunError(f"{path}, line {line}: the name {names[-1]!r} has characters the corpus lacks: {unknown}")
     return names
-
-
-def biographies(documents, names):
-    """{name: its biography after "NAME. "}: the first corpus line that opens with each name and a full stop."""
-    by_first_word = {}
-    for document in documents:
-        by_first_word.setdefault(document.split(" ")[0], []).append(document)
-    found = {}
-    for name in names:
-        lines = (d for d in by_first_word.get(name.split(" ")[0], []) if d.startswith(name + ". "))
-        body = next(lines, None)
-        if body is not None:
-            found[name] = body[len(name) + 2 :]
-    return found
 
 
 def place_in(text, skips=frozenset()):
     """
-    The place a continuation names: after the words it opens with that hold a digit or are
-    `skips` (a date: "3 April 1920 in "), its capitalised words up to a comma, full stop,
-    semicolon or bracket ("New York City, New York" gives "New York City"). On the
+    The place a continuation names (in its first line): after the words it opens with that
+    hold a digit or are `skips` (a date: "3 April 1920 in "), its capitalised words up to a
+    comma, full stop, semicolon or bracket ("New York City, New York" gives "New York City"). On the
     training people's biographies the capitalised-words rule gives 1,884 of the 1,900
     places they name.
     """
-    words = text.lstrip(" ").split(" ")
+    words = text.split("\n")[0].lstrip(" ").split(" ")
     while words and (re.search(r"\d", words[0]) or words[0].strip(",") in skips or not words[0].strip(",-")):
         words.pop(0)
     place = []
@@ -269,6 +263,11 @@ def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL):
     frames that alone answer most of them.
     """
     mined = mine(corpus.data, pairs, least_people(pairs))
+    if not mined.frames:
+        raise RunError(
+            f"no frame is shared by {least_people(pairs)} of the {len(pairs)} training people's biographies "
+            "(are their biographies in the corpus?): the frames readout has nothing to ask"
+        )
     scorers = mined.scorers or tuple(frame for frame, _ in mined.frames)
     pairs = pairs[:: max(1, len(pairs) // FIT_PEOPLE)][:FIT_PEOPLE]  # evenly through the file
     names, places = [name_of(question) for question, _ in pairs], [place for _, place in pairs]
@@ -294,10 +293,42 @@ def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL):
     return Ensemble(tuple(frames[i] for i in picked), scorers, mined.skips)
 
 
-def answers(model, corpus, names, pairs, writers, device):
-    """
-    The frames readout's Answers for `names` (of characters the vocabulary holds), its
-    ensemble fitted on the training (question, place) pairs.
-    """
-    ensemble = fitted_ensemble(model, corpus, pairs, writers, device)
+def answers(model, corpus, names, ensemble, device):
+    """The frames readout's Answers for `names` (of characters the vocabulary holds) under the fitted `ensemble`."""
     return [Answer(text, score, math.nan, bool(text)) for text, score in ensemble.answers(model, corpus, names, device)]
+
+
+def file_digest(path):
+    """The sha256 of a file's bytes."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def kept_ensemble(params_path, training_path, writers, fit):
+    """
+    The ensemble kept beside the params (params_path + KEPT), if it was fitted on these params,
+    this training file and these settings (its key: both files' sha256, `writers` and this
+    file's constants); else fit()'s, kept there for the next call (by the first rank; a folder
+    that refuses it loses only the keeping). A kept one of another key is refit, and said so.
+    """
+    path = str(params_path) + KEPT
+    key = dict(params=file_digest(params_path), training=file_digest(training_path), writers=writers)
+    key.update(settings=[MOST_WORDS, PLACE_STEPS, POOL, FIT_PEOPLE, MIN_SHARE])
+    kept = None
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        with open(path, encoding="utf-8") as f:
+            kept = json.load(f)
+        if kept["key"] == key:
+            found = kept["ensemble"]
+            return Ensemble(tuple(found["writers"]), tuple(found["scorers"]), frozenset(found["skips"]), found["end"])
+    if kept is not None:
+        logger.warning("%s was fitted on other params, training pairs or settings: fitting the readout again", path)
+    ensemble = fit()
+    found = dict(writers=ensemble.writers, scorers=ensemble.scorers, skips=sorted(ensemble.skips), end=ensemble.end)
+    text = json.dumps(dict(key=key, ensemble=found), ensure_ascii=False, indent=1)
+    if rank_and_world_size()[0] == 0:
+        try:
+            atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+        except RunError as e:
+            logger.warning("the fitted readout is not kept: %s", e)
+    return ensemble

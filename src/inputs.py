@@ -4,6 +4,7 @@ question<TAB>place files, the paths a function needs, the outputs it may write, 
 held-out part of the corpus. Every problem is a RunError whose message is one line.
 """
 
+import filecmp
 import logging
 import os
 import tempfile
@@ -95,8 +96,8 @@ def check_config(cfg):
         raise RunError("mixed pairs (--mix_corpus_path) are for pretrain")
     if cfg.function == "pretrain":
         check_stages(cfg)
-    if cfg.function == "evaluate" and cfg.recipe.readout == "frames" and not cfg.finetune_corpus_path:
-        raise RunError("the frames readout mines its frames from the training people: give --finetune_corpus_path")
+    if cfg.function == "evaluate" and cfg.recipe.readout == "frames":
+        check_frames_inputs(cfg)
     inputs = {os.path.realpath(resolve_data_path(getattr(cfg, n))): n for n in cfg.INPUTS if getattr(cfg, n)}
     outputs = [os.path.realpath(getattr(cfg, n)) for n in cfg.OUTPUTS if getattr(cfg, n)]
     if len(set(outputs)) < len(outputs):
@@ -109,6 +110,19 @@ def check_config(cfg):
             )
         if path:
             check_writable(path, "--" + name)
+
+
+def check_frames_inputs(cfg):
+    """The frames readout is fitted on the training pairs: they must be given, and not be the questions it answers."""
+    if not cfg.finetune_corpus_path:
+        raise RunError("the frames readout mines its frames from the training people: give --finetune_corpus_path")
+    training, asked = (resolve_data_path(p) for p in (cfg.finetune_corpus_path, cfg.eval_corpus_path))
+    same = os.path.realpath(training) == os.path.realpath(asked)
+    if same or (os.path.isfile(training) and os.path.isfile(asked) and filecmp.cmp(training, asked, shallow=False)):
+        raise RunError(
+            f"--finetune_corpus_path {cfg.finetune_corpus_path} is the --eval_corpus_path: the frames readout "
+            "would be fitted on the answers it is scored on"
+        )
 
 
 def check_stages(cfg):

@@ -321,8 +321,7 @@ def evaluate(cfg: RunConfig) -> Evaluation:
     with prepared(cfg) as (cfg, metadata, device):
         setup = build(cfg, metadata)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
-        asked = [question for _, question, _ in rows]
-        share = readout_share(cfg, metadata, setup.corpus, setup.model.to(device), asked, device)
+        share = readout_share(cfg, metadata, setup.corpus, setup.model.to(device), rows, device)
         answers = gather_interleaved(share, len(rows))
         predictions = [answer.text for answer in answers]
         places = [place for _, _, place in rows] if rows and rows[0][2] is not None else None

@@ -1,6 +1,13 @@
 """The frames readout (frames.py): mining the training people's frames, reading places, scoring, evaluate."""
 
+import collections
+import dataclasses
+import fcntl
+import json
 import math
+import os
+import random
+import shutil
 
 import pytest
 import torch
@@ -8,10 +15,13 @@ import torch
 import frames
 import pipeline
 import readout
-from config import RunConfig
-from conftest import SMALL, TINY, evaluate_args, one_line_error
+from config import HANDOUT, RunConfig
+from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, evaluate_args, one_line_error
 from conftest import run_main as main
+from dataset import biographies, name_of
+from decoding import Answer
 from errors import RunError
+from evaluation import details_lines
 from model import GPT, GPTConfig
 
 BIOGRAPHIES = [
@@ -66,7 +76,7 @@ def test_mining_counts_people_and_keeps_the_shared_frames_and_date_words():
 
 def test_a_biography_is_found_by_the_whole_name_initials_and_all():
     documents = ["John F. Kennedy. Born in Brookline, Kennedy ...", "John Fisher. Born in Glasgow ."]
-    found = frames.biographies(documents, ["John F. Kennedy", "John Fisher", "John Smith"])
+    found = biographies(documents, ["John F. Kennedy", "John Fisher", "John Smith"])
     assert found == {"John F. Kennedy": "Born in Brookline, Kennedy ...", "John Fisher": "Born in Glasgow ."}
 
 
@@ -87,12 +97,16 @@ def test_the_place_is_the_capitalised_words_after_a_date(written, place):
 
 
 def test_a_question_of_another_form_is_named_with_its_line():
-    assert frames.names_of(["Where was Ada Berg born?", "Where was Håvard Rem born?"], "q.tsv") == [
+    assert frames.names_of([(1, "Where was Ada Berg born?"), (3, "Where was Håvard Rem born?")], "q.tsv") == [
         "Ada Berg",
         "Håvard Rem",
     ]
-    with pytest.raises(RunError, match=r"^q.tsv, line 2: 'Who is Ada\?' is not of the form"):
-        frames.names_of(["Where was Ada Berg born?", "Who is Ada?"], "q.tsv")
+    with pytest.raises(RunError, match=r"^q.tsv, line 3: 'Who is Ada\?' is not of the form"):
+        frames.names_of([(1, "Where was Ada Berg born?"), (3, "Who is Ada?", "Oslo")], "q.tsv")
+    with pytest.raises(
+        RunError, match=r"^q.tsv, line 3: the name 'Håvard Rem' has characters the corpus lacks: \['å'\]"
+    ):
+        frames.names_of([(1, "Where was Ada Berg born?"), (3, "Where was Håvard Rem born?")], "q.tsv", "AdaBergHvRm ")
 
 
 class Vocabulary:
@@ -131,48 +145,170 @@ def test_branching_where_the_place_starts_keeps_each_greedy_place_first():
     assert [len(row) for row in branched] == [6] * 3 and [row[::3] for row in branched] == greedy
 
 
-def test_evaluate_asks_in_the_frames_and_answers_each_name_as_if_asked_alone(tiny_world, tmp_path, capsys):
+WIDE = ["--n_layer", "2", "--n_head", "4", "--n_embd", "64", *CPU_FLAGS]  # learns the frames world in seconds
+# a world whose biographies put the birthplace after three frames of their own, one person in three each
+TEMPLATES = (
+    "{name}. {name} was born in {place} and worked as a painter.",
+    "{name}. Born in {place}, {last} worked as a painter.",
+    "{name}. {name} (born 1900 in {place}) was a painter.",
+)
+
+
+@pytest.fixture(scope="session")
+def frames_world(tmp_path_factory):
+    """
+    The tiny world's people and places in three templates, and params pretrained on it (120
+    epochs), made once for the whole run: the first pytest-xdist worker to ask makes them,
+    the others wait for them.
+    """
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "frames_world"
+    folder.mkdir(exist_ok=True)
+    world = {name: str(folder / name) for name in ["wiki.txt", "train.tsv", "dev.tsv", "pre.params"]}
+    world["params"] = world.pop("pre.params")
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(world["params"]):
+            rng = random.Random(0)
+            people = [(f"{first} {last}", rng.choice(PLACES)) for first in FIRST for last in LAST]
+            rng.shuffle(people)
+            last = [name.split()[-1] for name, _ in people]
+            bios = [TEMPLATES[i % 3].format(name=n, last=last[i], place=p) for i, (n, p) in enumerate(people)]
+            (folder / "wiki.txt").write_text("\n".join(bios) + "\n", encoding="utf-8")
+            pairs = [f"Where was {name} born?\t{place}" for name, place in people]
+            (folder / "train.tsv").write_text("\n".join(pairs[:60]) + "\n", encoding="utf-8")
+            (folder / "dev.tsv").write_text("\n".join(pairs[60:]) + "\n", encoding="utf-8")
+            pretrain = ["pretrain", "vanilla", world["wiki.txt"], "--writing_params_path", world["params"]]
+            assert main(*pretrain, "--pretrain_epochs", 120, "--pretrain_lr", 6e-3, "--dropout", 0, *WIDE) == 0
+    return world
+
+
+def lines_of(path):
+    return open(path, encoding="utf-8").read().splitlines()
+
+
+def test_evaluate_asks_in_the_frames_and_answers_each_name_as_if_asked_alone(frames_world, tmp_path, capsys):
     """
     Pretrained on the biographies alone, never on a question: `evaluate --readout frames`
-    writes a place per question and the course's score line; each answer is the one that
-    name gets asked alone (the batches of prompts and of padded scores change nothing).
+    writes a place per question and the course's score line, above what one place for all
+    would score; each answer is the one that name gets asked alone (the batches of prompts
+    and of padded scores change nothing).
     """
-    wiki, params = tiny_world["wiki.txt"], tmp_path / "pre.params"
-    pretrain = ["pretrain", "vanilla", wiki, "--writing_params_path", params, "--pretrain_epochs", 60]
-    assert main(*pretrain, "--pretrain_lr", 3e-3, "--dropout", 0, *SMALL) == 0
-    dev = [line.split("\t") for line in open(tiny_world["dev.tsv"], encoding="utf-8").read().splitlines()]
+    wiki, params = frames_world["wiki.txt"], frames_world["params"]
+    dev = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
     outputs = tmp_path / "dev.predictions"
-    readout = ["--readout", "frames", "--finetune_corpus_path", tiny_world["train.tsv"], *SMALL]
+    readout = ["--readout", "frames", "--finetune_corpus_path", frames_world["train.tsv"], *WIDE]
     capsys.readouterr()
-    assert main(*evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], outputs), *readout) == 0
-    predictions = outputs.read_text(encoding="utf-8").splitlines()
+    assert main(*evaluate_args("vanilla", wiki, params, frames_world["dev.tsv"], outputs), *readout) == 0
+    predictions = lines_of(outputs)
     correct = sum(answer == place for answer, (_, place) in zip(predictions, dev))
     assert capsys.readouterr().out.strip() == f"Correct: {correct} out of 24: {round(correct / 24 * 100, 2)}%"
     assert len(predictions) == 24 and all(answer and frames.place_in(answer) == answer for answer in predictions)
+    assert correct > max(collections.Counter(place for _, place in dev).values())
 
-    cfg = RunConfig("evaluate", "vanilla", wiki, reading_params_path=str(params), device="cpu")
+    cfg = RunConfig("evaluate", "vanilla", wiki, reading_params_path=params, device="cpu")
     setup, _ = pipeline.load(cfg)
-    training = [tuple(line.split("\t")) for line in open(tiny_world["train.tsv"], encoding="utf-8").read().splitlines()]
-    names = [frames.name_of(question) for question, _ in dev[:6]]
-    together = frames.answers(setup.model, setup.corpus, names, training, 3, "cpu")
+    training = [tuple(line.split("\t")) for line in lines_of(frames_world["train.tsv"])]
+    names = [name_of(question) for question, _ in dev[:6]]
+    ensemble = frames.fitted_ensemble(setup.model, setup.corpus, training, HANDOUT.readout_frames, "cpu")
+    together = frames.answers(setup.model, setup.corpus, names, ensemble, "cpu")
     assert [answer.text for answer in together] == predictions[:6]
     for name, answer in zip(names, together):
-        [alone] = frames.answers(setup.model, setup.corpus, [name], training, 3, "cpu")
+        [alone] = frames.answers(setup.model, setup.corpus, [name], ensemble, "cpu")
         assert (alone.text, alone.logprob) == pytest.approx((answer.text, answer.logprob), abs=1e-4)
 
 
+def test_the_writers_are_chosen_by_what_they_answer_on_the_training_people(frames_world):
+    """Of the mined frames (more than the writers), the one writer chosen is the frame that alone answers most."""
+    cfg = RunConfig("evaluate", "vanilla", frames_world["wiki.txt"], reading_params_path=frames_world["params"])
+    setup, _ = pipeline.load(dataclasses.replace(cfg, device="cpu"))
+    training = [tuple(line.split("\t")) for line in lines_of(frames_world["train.tsv"])]
+    mined = frames.mine(setup.corpus.data, training, frames.least_people(training))
+    names, places = [name_of(q) for q, _ in training], [p for _, p in training]
+    written = frames.candidates(setup.model, setup.corpus, names, [f for f, _ in mined.frames], mined.skips, "cpu")
+    alone = [sum(row[i] == place for row, place in zip(written, places)) for i in range(len(mined.frames))]
+    assert len(mined.frames) > 3 and len(set(alone)) > 1, alone  # a choice, and one that matters
+    [writer] = frames.fitted_ensemble(setup.model, setup.corpus, training, 1, "cpu").writers
+    assert writer == mined.frames[alone.index(max(alone))][0]
+
+
+def test_the_fitted_readout_is_kept_and_answers_do_not_depend_on_the_questions_file(
+    frames_world, tmp_path, capsys, monkeypatch
+):
+    """
+    The first evaluate keeps its fitted readout beside the params; later ones read it back:
+    the dev file reversed, its places shuffled, gets the same answers in its own order. Other
+    training pairs refit it, said in one line.
+    """
+    wiki, params = frames_world["wiki.txt"], tmp_path / "pre.params"
+    shutil.copy(frames_world["params"], params)
+    readout = ["--readout", "frames", "--finetune_corpus_path", frames_world["train.tsv"], *WIDE]
+    assert main(*evaluate_args("vanilla", wiki, params, frames_world["dev.tsv"], tmp_path / "a"), *readout) == 0
+    kept = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))
+    assert len(kept["ensemble"]["writers"]) == HANDOUT.readout_frames
+    assert kept["key"]["params"] == frames.file_digest(params)
+
+    dev = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
+    places = [place for _, place in dev]
+    random.Random(1).shuffle(places)
+    reordered = tmp_path / "reordered.tsv"
+    reordered.write_text("".join(f"{q}\t{p}\n" for (q, _), p in zip(dev[::-1], places)), encoding="utf-8")
+    monkeypatch.setattr(frames, "fitted_ensemble", lambda *a: pytest.fail("the kept readout was fitted again"))
+    assert main(*evaluate_args("vanilla", wiki, params, reordered, tmp_path / "b"), *readout) == 0
+    assert lines_of(tmp_path / "b")[::-1] == lines_of(tmp_path / "a")
+    monkeypatch.undo()
+
+    fewer = tmp_path / "fewer.tsv"
+    fewer.write_text("".join(line + "\n" for line in lines_of(frames_world["train.tsv"])[:-1]), encoding="utf-8")
+    capsys.readouterr()
+    fewer_readout = ["--readout", "frames", "--finetune_corpus_path", fewer, *WIDE]
+    assert main(*evaluate_args("vanilla", wiki, params, frames_world["dev.tsv"], tmp_path / "c"), *fewer_readout) == 0
+    assert (
+        "was fitted on other params, training pairs or settings: fitting the readout again" in capsys.readouterr().err
+    )
+    assert json.loads((tmp_path / "pre.params.readout.json").read_text())["key"]["training"] == frames.file_digest(
+        fewer
+    )
+
+
+def test_the_details_are_valid_json_where_no_frame_wrote_a_place():
+    lines = details_lines(["Where was Ada Berg born?"], [Answer("", -math.inf, math.nan, False)], ["Oslo"])
+    row = json.loads(lines[0], parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert row == dict(question="Where was Ada Berg born?", answer="", logprob=None, min_prob=None, closed=False,
+                       correct=False)  # fmt: skip
+
+
 def test_the_frames_readout_needs_the_training_pairs_and_its_questions(tiny_world, tmp_path, capsys):
+    """What the frames readout cannot use is one line naming the file and its own line number; nothing written."""
     wiki, params = tiny_world["wiki.txt"], tmp_path / "p.params"
     assert main("pretrain", "vanilla", wiki, "--writing_params_path", params, "--pretrain_epochs", 1, *TINY) == 0
-    evaluate = evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], tmp_path / "out")
+    out = tmp_path / "out"
+    evaluate = evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], out)
     said = one_line_error(capsys, *evaluate, "--readout", "frames", *TINY)
     assert "the frames readout mines its frames from the training people: give --finetune_corpus_path" in said
+
+    def error_with(training, asked=tiny_world["dev.tsv"]):
+        readout = ["--readout", "frames", "--finetune_corpus_path", training, *TINY]
+        said = one_line_error(capsys, *evaluate_args("vanilla", wiki, params, asked, out), *readout)
+        assert not out.exists()
+        return said
+
     odd = tmp_path / "odd.tsv"
-    odd.write_text("Where was Ada Berg born?\tOslo\nWho painted it?\tAda\n", encoding="utf-8")
-    training = ["--readout", "frames", "--finetune_corpus_path", tiny_world["train.tsv"], *TINY]
-    said = one_line_error(capsys, *evaluate_args("vanilla", wiki, params, odd, tmp_path / "out"), *training)
-    assert f"{odd}, line 2: 'Who painted it?' is not of the form 'Where was NAME born?'" in said
-    assert not (tmp_path / "out").exists()
+    odd.write_text("Where was Ada Berg born?\tOslo\n\nWho painted it?\tAda\n", encoding="utf-8")
+    said = error_with(tiny_world["train.tsv"], odd)
+    assert f"{odd}, line 3: 'Who painted it?' is not of the form 'Where was NAME born?'" in said
+    assert f"{odd}, line 3: 'Who painted it?' is not of the form" in error_with(odd)
+    accented = tmp_path / "accented.tsv"
+    accented.write_text("Where was Åsa Berg born?\tOslo\n", encoding="utf-8")
+    assert f"{accented}, line 1: the name 'Åsa Berg' has characters the corpus lacks: ['Å']" in error_with(accented)
+    strangers = tmp_path / "strangers.tsv"
+    swapped = [f"Where was {last} {first} born?\tOslo\n" for first, last in zip(FIRST[:5], LAST)]  # none in the corpus
+    strangers.write_text("".join(swapped), encoding="utf-8")
+    assert "no frame is shared by 2 of the 5 training people's biographies" in error_with(strangers)
+    copy = tmp_path / "dev_copy.tsv"
+    shutil.copy(tiny_world["dev.tsv"], copy)
+    for training in (tiny_world["dev.tsv"], copy):
+        assert "would be fitted on the answers it is scored on" in error_with(training)
 
 
 def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(tiny_world, tmp_path, capsys):
