@@ -63,10 +63,7 @@ def likeliest_next(model, corpus, prompts, k, device, batch_size=256):
         chars = []
         for start in range(0, len(prompts), batch_size):
             rows = [[corpus.stoi[c] for c in text] for text in prompts[start : start + batch_size]]
-            x = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
-            for row, ids in enumerate(rows):
-                x[row, : len(ids)] = torch.tensor(ids)
-            logits, _ = model(x.to(device))
+            logits, _ = model(frames.padded_ids(rows).to(device))
             last = logits[torch.arange(len(rows)), torch.tensor([len(ids) - 1 for ids in rows])]
             chars += [[corpus.itos[i] for i in top] for top in last.topk(k, dim=-1).indices.tolist()]
     return chars

@@ -100,7 +100,7 @@ class EpochBatches:
             x, y = self.dataset.corrupt_all(order, self.generator)
             chunks = zip(x.split(self.chunk_size), y.split(self.chunk_size))
         xs, ys, batches, size = [], [], [], self.config.batch_size
-        for x, y in chunks:  # each pool bucketed as it comes: the generator's draws in today's order
+        for x, y in chunks:  # each pool bucketed as it comes, the generator drawn in a plain loop's order
             if self.cut:
                 offset = sum(map(len, ys))
                 batches += [(rows + offset, n) for rows, n in bucket_rows(real_lengths(y), size, self.generator)]

@@ -114,13 +114,14 @@ def readout_share(cfg, metadata, corpus, model, rows, device):
             "which finetuning on the question unlearns (docs/readout.md)"
         )
     names = encodable_questions(corpus, frames.names_of(rows, cfg.eval_corpus_path), "names")
-    training = read_pairs(cfg.finetune_corpus_path, "finetuning corpus", question_place_pairs)
-    frames.names_of(training, resolve_data_path(cfg.finetune_corpus_path), corpus.stoi)
+    training_path = resolve_data_path(cfg.finetune_corpus_path)
+    training = read_pairs(training_path, "finetuning corpus", question_place_pairs)
+    frames.names_of(training, training_path, corpus.stoi)
     pairs = [(question, place) for _, question, place in training]
 
     def fit():
         return frames.fitted_ensemble(model, corpus, pairs, r.readout_frames, device)
 
-    training_path = resolve_data_path(cfg.finetune_corpus_path)
-    ensemble = frames.kept_ensemble(cfg.reading_params_path, training_path, r.readout_frames, fit)
+    fitted_on = [cfg.reading_params_path, training_path, resolve_data_path(cfg.pretrain_corpus_path)]
+    ensemble = frames.kept_ensemble(fitted_on, r.readout_frames, fit)
     return frames.answers(model, corpus, names[rank::world_size], ensemble, device)

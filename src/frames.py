@@ -175,6 +175,17 @@ def candidates(model, corpus, names, frames, skips, device):
     return [places[i * len(frames) : (i + 1) * len(frames)] for i in range(len(names))]
 
 
+def padded_ids(rows, length=None):
+    """
+    Rows of ids as one (len(rows), length) Long tensor (length: the longest row's, unless
+    given), each padded at its end with 0: a causal model reads each row's text as if alone.
+    """
+    x = torch.zeros(len(rows), length or max(map(len, rows)), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        x[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return x
+
+
 @torch.no_grad()
 def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256):
     """
@@ -190,12 +201,10 @@ def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256)
             ]
             fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
             length = max(len(p) + len(c) for (p, c), fit in zip(rows, fits) if fit) if any(fits) else 2
-            x = torch.zeros(len(rows), length, dtype=torch.long)
+            x = padded_ids([p + c if fit else [] for (p, c), fit in zip(rows, fits)], length)
             wanted = torch.zeros(len(rows), length, dtype=torch.bool)
             for row, ((p, c), fit) in enumerate(zip(rows, fits)):
-                if fit:
-                    x[row, : len(p) + len(c)] = torch.tensor(p + c)
-                    wanted[row, len(p) - 1 : len(p) + len(c) - 1] = True
+                wanted[row, len(p) - 1 : len(p) + len(c) - 1] = fit
             logits, _ = model(x[:, :-1].to(device))
             logprobs = logits.float().log_softmax(-1).gather(2, x[:, 1:, None].to(device))[:, :, 0]
             summed = (logprobs * wanted[:, :-1].to(device)).sum(1).tolist()
@@ -304,16 +313,18 @@ def file_digest(path):
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def kept_ensemble(params_path, training_path, writers, fit):
+def kept_ensemble(fitted_on, writers, fit):
     """
-    The ensemble kept beside the params (params_path + KEPT), if it was fitted on these params,
-    this training file and these settings (its key: both files' sha256, `writers` and this
-    file's constants); else fit()'s, kept there for the next call (by the first rank; a folder
-    that refuses it loses only the keeping). A kept one of another key is refit, and said so.
+    The ensemble kept beside the params (the params' path + KEPT), if it was fitted on the same
+    files, `fitted_on` (the params, the training pairs, the corpus), and settings (its key: the
+    files' sha256, `writers` and this file's constants); else fit()'s, kept there for the next
+    call (by the first rank; a folder that refuses it loses only the keeping). A kept one of
+    another key is refit, and said so.
     """
+    params_path, training_path, corpus_path = fitted_on
     path = str(params_path) + KEPT
-    key = dict(params=file_digest(params_path), training=file_digest(training_path), writers=writers)
-    key.update(settings=[MOST_WORDS, PLACE_STEPS, POOL, FIT_PEOPLE, MIN_SHARE])
+    key = dict(params=file_digest(params_path), training=file_digest(training_path), corpus=file_digest(corpus_path))
+    key.update(writers=writers, settings=[MOST_WORDS, PLACE_STEPS, POOL, FIT_PEOPLE, MIN_SHARE])
     kept = None
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         with open(path, encoding="utf-8") as f:
@@ -322,7 +333,7 @@ def kept_ensemble(params_path, training_path, writers, fit):
             found = kept["ensemble"]
             return Ensemble(tuple(found["writers"]), tuple(found["scorers"]), frozenset(found["skips"]), found["end"])
     if kept is not None:
-        logger.warning("%s was fitted on other params, training pairs or settings: fitting the readout again", path)
+        logger.warning("%s was fitted on other files or settings: fitting the readout again", path)
     ensemble = fit()
     found = dict(writers=ensemble.writers, scorers=ensemble.scorers, skips=sorted(ensemble.skips), end=ensemble.end)
     text = json.dumps(dict(key=key, ensemble=found), ensure_ascii=False, indent=1)

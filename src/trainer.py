@@ -176,12 +176,10 @@ class Trainer:
         self.objective = Objective(c.finetune_lm_weight)
         self.batches = EpochBatches(train_dataset, c, self.device)
         self.micro_batch_size = c.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else None)
-        # the progress: steps taken, the epoch in progress (0-based), its batches done (its loss: tally)
+        # the progress: steps taken, the epoch in progress (0-based), its batches done and loss so far (tally)
         self.step, self.epoch, self.batches_done = 0, 0, 0
         self.epoch_losses = []  # mean training loss of every finished epoch
-        self.tally = LossTally(
-            self.device, self.world_size, c.learning_rate, self.schedule
-        )  # the loss, read when shown
+        self.tally = LossTally(self.device, self.world_size, c.learning_rate, self.schedule)
         self.data_seed = c.data_seed if c.data_seed is not None else int(torch.randint(2**62, ()))
         self.epoch_random_state = random.getstate()  # the span corruption's draws replay from it
         self.last_save = time.monotonic()
