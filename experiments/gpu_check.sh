@@ -95,7 +95,7 @@ note '```'
 note '```'
 
 pace_rows() {  # pace_rows [PRECISION]: step_pace.py's rows (of that precision), the fastest projection first
-  grep -E "^\| [a-z_]+ \| ${1:-[a-z0-9]+} \|" "$LOGS/paces.log" 2> /dev/null | sort -t'|' -k8,8 -n
+  grep -E "^\| [a-z_]+ \| ${1:-[a-z0-9]+} \| [0-9]" "$LOGS/paces.log" 2> /dev/null | sort -t'|' -k8,8 -n
 }
 
 flags_of_row() {  # the run.py flags in a step_pace.py row's last cell
@@ -111,7 +111,10 @@ handout_run() {  # handout_run NAME FLAGS...: vanilla's handout pretraining, fin
   rc=$?
   note '```'; note "$(bar_lines "$LOGS/${name}_pretrain.log" | grep -E 'epoch [0-9]+/' | tail -1)"
   grep -E 'pretrained|seconds|minutes' "$LOGS/${name}_pretrain.log" | tail -3 >> "$SUMMARY"; note '```'
-  (( rc == 0 )) || return
+  if (( rc != 0 )); then
+    note "- finetuning, dev and the frames readout not run: the pretraining did not finish"
+    return
+  fi
   local data=(--finetune_corpus_path data/birth_places_train.tsv --eval_corpus_path data/birth_dev.tsv)
   timed "${name}_finetune" 90 "$PY" src/run.py finetune vanilla data/wiki.txt "$@" --reading_params_path \
     "$w/pre.params" --writing_params_path "$w/ft.params" --finetune_corpus_path data/birth_places_train.tsv

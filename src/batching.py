@@ -24,8 +24,8 @@ def real_lengths(y):
 
 
 def to_device(device, t):
-    """A CPU tensor on the training device; on CUDA through pinned memory, without waiting for the copy."""
-    if device.type == "cuda":
+    """A tensor on the training device (as it is if there); from the CPU to CUDA through pinned memory, not waiting."""
+    if t.device.type == "cpu" and device.type == "cuda":
         t = t.pin_memory()
     return t.to(device, non_blocking=True)
 
@@ -33,14 +33,16 @@ def to_device(device, t):
 class EpochBatches:
     """
     The global batches (x, y) of an epoch, in an order fixed by the epoch's seed, drawn a whole
-    epoch at a time: one (N, T) tensor of its examples, copied to the training device once, and
-    each batch's rows taken there. The examples come from a DataLoader (or, with
-    corrupt_by_epoch, all at once from the dataset's corrupt_all; with workers, each example
-    drawn with its own seed: EpochKeys, and the next epoch drawn while this one trains), in
-    chunks of one batch, or of LENGTH_GROUPING_POOL batches with group_by_length;
-    bucket_rows then cuts each batch after its last real target (full_padding leaves the
-    batches at the block size, as the course's are; fixed_shapes, or a captured step, too, and
-    pads the epoch's short last batch with rows without targets, so that every batch has one shape).
+    epoch at a time: one (N, T) tensor of its examples, copied to the training device once where
+    the batches have one width (each batch a slice of it there), or kept on the host for batches
+    cut after their last target (their passes are planned from their lengths). The examples
+    come from a DataLoader (or, with corrupt_by_epoch, all at once from the dataset's
+    corrupt_all; with workers, each example drawn with its own seed: EpochKeys, and the next
+    epoch drawn while this one trains), in chunks of one batch, or of LENGTH_GROUPING_POOL
+    batches with group_by_length; bucket_rows then cuts each batch after its last real target
+    (full_padding leaves the batches at the block size, as the course's are; fixed_shapes, or a
+    captured step, too, and pads the epoch's short last batch with rows without targets, so
+    that every batch has one shape).
     """
 
     def __init__(self, dataset, config, device=None):
@@ -72,16 +74,17 @@ class EpochBatches:
 
     def epoch(self, seed, start=0, next_seed=None):
         """
-        The epoch's global batches (x, y), each (B, T) on the device, from batch `start` on,
-        drawn with a generator seeded with `seed`; with workers, epoch `next_seed` (if not
-        None) is drawn in the background meanwhile.
+        The epoch's global batches (x, y), each (B, T) on the device (cut ones: on the host),
+        from batch `start` on, drawn with a generator seeded with `seed`; with workers, epoch
+        `next_seed` (if not None) is drawn in the background meanwhile.
         """
         ahead, self.ahead = self.ahead, None
         drawn = ahead.result() if ahead is not None else None  # a draw in the background uses the generator
         x, y, batches = drawn if ahead is not None and ahead.seed == seed else self.drawn(seed)
         if self.keys is not None and next_seed is not None:
             self.ahead = DrawnAhead(self, next_seed)
-        x, y = to_device(self.device, x), to_device(self.device, y)
+        if not self.cut:  # one copy an epoch; cut batches stay on the host, where their passes are planned
+            x, y = to_device(self.device, x), to_device(self.device, y)
         for rows, width in batches[start:]:
             yield x[rows, :width], y[rows, :width]
 

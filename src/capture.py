@@ -30,6 +30,14 @@ def lr_tensor(value, device):
     return torch.tensor(value, dtype=dtype, device=device)
 
 
+def rate_in_tensor(way, device, fused):
+    """
+    Whether AdamW's rate lives in a tensor and its state is capturable: for a captured step, on
+    CUDA, or where the AdamW is fused (the CPU's fused kernel then takes the same steps as with a float).
+    """
+    return way != "off" and (device.type == "cuda" or fused)
+
+
 def captured(step, way, device, world_size):
     """`step(x, y) -> loss` replayed as `way` says ("off", "cuda_graph", "compiled"), or as it is where it cannot be."""
     if way == "off":
@@ -58,7 +66,7 @@ class CudaGraphStep:
             return self.on_side_stream(self.step, x, y)
         if self.graph is None:
             self.x, self.y, self.graph = x.clone(), y.clone(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):  # a data thread may run
                 self.loss = self.step(self.x, self.y)
         else:
             self.x.copy_(x)

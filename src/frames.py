@@ -39,6 +39,7 @@ POOL = 8  # the writers are chosen among the frames that alone answer most train
 FIT_PEOPLE = 500  # the writers are chosen on this many of the training people, evenly through their file
 MIN_SHARE = 0.01  # a frame is mined where at least this share of the training people (and two) share it
 KEPT = ".readout.json"  # beside the params: the readout fitted on them, read back while its key holds
+FIT_VERSION = 1  # in the kept readout's key: raise it when the fitting changes, so that no stale fit is read back
 
 
 def names_of(rows, path, stoi=None):
@@ -309,8 +310,11 @@ def answers(model, corpus, names, ensemble, device):
 
 def file_digest(path):
     """The sha256 of a file's bytes."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def kept_ensemble(fitted_on, writers, fit):
@@ -324,7 +328,7 @@ def kept_ensemble(fitted_on, writers, fit):
     params_path, training_path, corpus_path = fitted_on
     path = str(params_path) + KEPT
     key = dict(params=file_digest(params_path), training=file_digest(training_path), corpus=file_digest(corpus_path))
-    key.update(writers=writers, settings=[MOST_WORDS, PLACE_STEPS, POOL, FIT_PEOPLE, MIN_SHARE])
+    key.update(writers=writers, settings=[FIT_VERSION, MOST_WORDS, PLACE_STEPS, POOL, FIT_PEOPLE, MIN_SHARE])
     kept = None
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         with open(path, encoding="utf-8") as f:

@@ -39,8 +39,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 import checkpoint
-from batching import EpochBatches, forward_passes, rank_rows
-from capture import captured, lr_tensor
+from batching import EpochBatches, forward_passes, rank_rows, to_device
+from capture import captured, lr_tensor, rate_in_tensor
 from config import HANDOUT
 from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
 from loss_tally import LossTally
@@ -116,10 +116,11 @@ def parameter_groups(model, weight_decay, groups="course"):
 def course_adamw(model, config, device):
     """
     The course's AdamW (parameter_groups), fused where PyTorch has it (fused_adamw None); for a
-    captured step capturable, its rate a tensor on the device that the scheduler writes in place.
+    captured step capturable, its rate a tensor on the device that the scheduler writes in place
+    (capture.rate_in_tensor).
     """
     fused = device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
-    capture = config.captured_step != "off"
+    capture = rate_in_tensor(config.captured_step, device, fused)
     groups = parameter_groups(model, config.weight_decay, config.decay_groups)
     optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused, capturable=capture)
     if capture:
@@ -278,21 +279,22 @@ class Trainer:
         """
         The passes' forward and backward, the clipping and AdamW on x, y: this rank's part of the
         batch's loss. Every pass adds its loss over each kind of target times its share of the
-        global batch's targets of that kind, times the ranks (see the module's docstring).
-        Nothing here waits for the device unless batches are cut (the cut needs the rows' lengths).
+        global batch's targets of that kind, times the ranks (see the module's docstring). Cut
+        batches come on the host, where their passes are planned, and go to the device pass by
+        pass; batches of one width come on the device, and nothing here waits for it.
         """
-        totals = self.objective.counts(x, y)
+        totals = [to_device(self.device, n) for n in self.objective.counts(x, y)]
         x, y, counted = rank_rows(x, y, self.rank, self.world_size)
         passes = forward_passes(x, y, self.micro_batch_size, cut=self.batches.cut)
         self.optimizer.zero_grad(set_to_none=True)
         loss = torch.zeros((), device=self.device)
         for i, (xp, yp) in enumerate(passes):
-            targets = self.objective.targets(xp, yp)
+            targets = [to_device(self.device, t) for t in self.objective.targets(xp, yp)]
             shares = self.objective.shares(targets, totals, counted * self.world_size)
             last = i == len(passes) - 1
             with self.ddp.no_sync() if self.world_size > 1 and not last else contextlib.nullcontext():
                 with self.precision.autocast:
-                    logits, _ = self.forward(xp)
+                    logits, _ = self.forward(to_device(self.device, xp))
                     pass_loss = self.objective.loss(logits, targets, shares)
                 self.precision.backward(pass_loss)
             loss += pass_loss.detach().float()
@@ -346,10 +348,11 @@ class Trainer:
     def load_state_dict(self, state):
         """Put the model, the optimisation, the progress and the random generators back as state_dict had them."""
         self.model.load_state_dict(state["model"])
+        capturable = [group["capturable"] for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:  # a captured step's rate: a tensor on this device
-            if torch.is_tensor(group["lr"]):
-                group["lr"] = lr_tensor(float(group["lr"]), self.device)
+        for group, tensor_rate in zip(self.optimizer.param_groups, capturable):  # as this run's step needs them
+            group["capturable"] = tensor_rate
+            group["lr"] = lr_tensor(float(group["lr"]), self.device) if tensor_rate else float(group["lr"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.precision.scaler.load_state_dict(state["scaler"])
         self.epoch, self.batches_done, self.step = state["epoch"], state["batches_done"], state["step"]
