@@ -15,6 +15,7 @@ import torch
 import frames
 import pipeline
 import readout
+import rerank
 from config import HANDOUT, RunConfig
 from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, evaluate_args, one_line_error
 from conftest import run_main as main
@@ -323,3 +324,21 @@ def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(t
         said = capsys.readouterr()
         assert said.out.startswith("Correct: ") and (f"{finetuned} are finetuned params: " in said.err) == warned
         assert ("which finetuning on the question unlearns" in said.err) == warned
+
+
+def test_a_choice_learned_on_the_training_people_is_fitted_and_checked(frames_world, capsys):
+    """experiments/rerank.py: a row per part (no choice beats the candidates) and a weight per feature."""
+    argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
+    assert rerank.main([*argv, "--finetune_corpus_path", frames_world["train.tsv"], "--writers", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    parts = {
+        line.split(" | ")[0][2:]: line.split(" | ")[1:]
+        for line in lines
+        if line.startswith("| first") or line.startswith("| last")
+    }
+    assert list(parts) == ["first 1,600", "last 400"]
+    for among, summed, learned in parts.values():
+        assert float(summed[:-1]) <= float(among[:-1]) and float(learned.strip(" |%")) <= float(among[:-1])
+    weights = [line for line in lines if line.startswith("| scorer") or line.startswith("| written by")]
+    assert len([w for w in weights if w.startswith("| written by")]) == 3 and len(weights) > 3
+    assert any(line.startswith("| length | ") for line in lines)
