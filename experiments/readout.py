@@ -38,6 +38,11 @@ from inputs import answered_pairs
 from utils import eval_mode
 
 
+def tuning_split(pairs):
+    """(the first 1,600 training pairs, the last 400): what a readout is fitted on, and checked on."""
+    return pairs[:1600], pairs[-400:]
+
+
 def option_table(model, corpus, ensemble, pairs, device):
     """Each person's place written by each of the ensemble's writers, and {place: summed score}."""
     names = [name_of(question) for question, _ in pairs]
@@ -157,7 +162,7 @@ def main(argv=None):
         setup, device = pipeline.load(cfg)
         model, corpus = setup.model, setup.corpus
         pairs = answered_pairs(cfg.finetune_corpus_path)
-        fitting, checking = pairs[:1600], pairs[-400:]
+        fitting, checking = tuning_split(pairs)
         started = time.process_time()
         mined = frames.mine(corpus.data, fitting, frames.least_people(fitting))
         names = [name_of(question) for question, _ in fitting]

@@ -32,6 +32,7 @@ from dataset import PAD_CHAR, known_characters, name_of
 from decoding import predict_places
 from distributed import exit_process
 from inputs import answered_pairs
+from readout import tuning_split
 
 # run name: (form of the finetuning examples, recipe settings); form None: no finetuning
 RUNS = {
@@ -106,7 +107,7 @@ def main(argv=None):
     def run():
         setup, device = pipeline.load(cfg)
         corpus, pairs = setup.corpus, answered_pairs(cfg.finetune_corpus_path)
-        fitting, checking = pairs[:1600], pairs[-400:]
+        fitting, checking = tuning_split(pairs)
         ensemble = frames.fitted_ensemble(setup.model, corpus, fitting, args.writers, device)
         print(f"writers: {', '.join(ensemble.writers)}\nscorers: {', '.join(ensemble.scorers)}\n")
         print("| run | frames readout, last 400 | the handout question, last 400 | CPU s |\n| --- | --- | --- | --- |")

@@ -28,6 +28,7 @@ from dataset import known_characters, name_of
 from distributed import exit_process
 from errors import RunError
 from inputs import answered_pairs
+from readout import tuning_split
 
 CONTENT_FREE = "N/A"  # the name of nobody: the candidates' prior (contextual calibration's content-free input)
 FLOOR = -100.0  # a log-probability that cannot be computed (the text beyond the block) counts as this
@@ -107,7 +108,7 @@ def main(argv=None):
         setup, device = pipeline.load(cfg)
         model, corpus = setup.model, setup.corpus
         pairs = answered_pairs(cfg.finetune_corpus_path)
-        split = {"first 1,600": pairs[:1600], "last 400": pairs[-400:]}
+        split = dict(zip(["first 1,600", "last 400"], tuning_split(pairs)))
         started = time.process_time()
         ensemble = frames.fitted_ensemble(model, corpus, split["first 1,600"], args.writers, device)
         described = {label: candidate_features(model, corpus, ensemble, part, device) for label, part in split.items()}
