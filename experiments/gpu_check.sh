@@ -14,6 +14,7 @@
 #             projected time), the handout's finetuning and dev score, and the frames readout of the
 #             same pretrained params
 #   handout_fp32  the same with the fastest fp32 row's flags, when the fastest is not fp32
+#   cuda_tests  tests/test_cuda.py and tests/test_capture.py alone (the tests that need CUDA, and their neighbours)
 #   suite     the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it
 #             ends; the 25 slowest listed)
 #   profile   vanilla's handout pretraining, batches cut (the default) and at full width: an epoch's
@@ -141,6 +142,15 @@ fi
 if [[ " $PARTS " == *" handout_fp32 "* ]] && [[ " ${best[*]-} " == *" --precision "* ]]; then
   read -r -a fp32 <<< "$(pace_rows fp32 | head -1 | flags_of_row)"
   handout_run handout_fp32 ${fp32[@]+"${fp32[@]}"}
+fi
+
+if [[ " $PARTS " == *" cuda_tests "* ]]; then
+  note; note "## The tests that need CUDA (tests/test_cuda.py, tests/test_capture.py)"
+  CUT_SIGNAL=INT timed cuda_tests 150 "$PY" -m pytest -v --durations=10 -o addopts= tests/test_cuda.py \
+    tests/test_capture.py -p no:cacheprovider
+  note '```'; grep -E '(PASSED|FAILED|ERROR|SKIPPED)' "$LOGS/cuda_tests.log" 2> /dev/null | head -40 >> "$SUMMARY"
+  grep -E '^E ' "$LOGS/cuda_tests.log" 2> /dev/null | head -20 >> "$SUMMARY"
+  note "$(tail -1 "$LOGS/cuda_tests.log" 2> /dev/null)"; note '```'
 fi
 
 if [[ " $PARTS " == *" suite "* ]]; then

@@ -92,7 +92,14 @@ def main(argv=None):
     ]  # the slow starts last
     for precision, way in runs:
         fields = {**WAYS[way], **({"precision": precision} if precision != "fp32" else {})}
-        first, steps_per_s, host, gpu, projected = pace(corpus, fields, device, args.epochs)
+        try:
+            first, steps_per_s, host, gpu, projected = pace(corpus, fields, device, args.epochs)
+        except Exception as error:  # one setting that fails leaves the others' rows
+            print(
+                f"| {way} | {precision} | failed: {type(error).__name__}: {str(error).splitlines()[0][:200]} |",
+                flush=True,
+            )
+            continue
         gpu_text = "" if gpu is None else f"{gpu:.2f}"
         row = [way, precision, f"{first:.2f} s", f"{steps_per_s:.1f}", f"{host:.2f}", gpu_text, f"{projected:.0f} s"]
         print("| " + " | ".join(row + [f"`{flags_of(fields)}`"]) + " |", flush=True)
