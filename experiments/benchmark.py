@@ -12,8 +12,8 @@ the figure to scale a CPU time measured on one machine to another (--matmul_rate
 
 For each variant, with the handout's model and batch sizes, it trains one epoch of
 pretraining and one of finetuning and answers the dev questions, once the
-straightforward way (every row padded to 128 characters, one question at a time
-without a cache) and once the fast way (every batch cut after its last real target
+straightforward way (every row padded to 128 characters, eager steps, one question at
+a time without a cache) and once the fast way (every batch cut after its last real target
 and, on the CPU, passes of rows of similar length; questions decoded in batches with a
 KV cache), and prints both figures and their ratio. run.py's recipe flags set the fast
 way's other settings, side by side with the same straightforward loop: e.g.
@@ -46,7 +46,8 @@ hours on a CPU).
 With --whole_process it compares whole run.py processes instead, as a user meets them
 (interpreter start-up, imports, reading the data and the params included): one epoch of
 pretraining, one of finetuning from its params, and answering the dev questions, once
-with --full_padding --sequential_decoding (the course's loops) and once with the defaults.
+with --full_padding --captured_step off --sequential_decoding (the course's loops) and once
+with the defaults.
 """
 
 import argparse
@@ -85,6 +86,7 @@ from utils import set_seed
 from world import FILES, write_world
 
 SWEEP_STEPS = 3
+STRAIGHTFORWARD = dict(full_padding=True, captured_step="off")  # the course's loop: rows at full width, eager steps
 # the batch shapes whose dispatches are counted: (recipe fields, rows a forward pass, None: all)
 BATCH_SHAPES = {
     f"cut, passes of {CPU_MICRO_BATCH} rows (the CPU's)": ({}, CPU_MICRO_BATCH),
@@ -144,13 +146,13 @@ def compare_processes(variant, args):
     """
     Rows of (what, straightforward, fast, unit, lower is better) for whole run.py processes:
     one epoch of pretraining, one of finetuning from its params, and answering the dev
-    questions, with --full_padding --sequential_decoding (the course's loops) and without.
+    questions, with --full_padding --captured_step off --sequential_decoding (the course's loops) and without.
     """
     folder, work = args.data, Path(tempfile.mkdtemp(prefix="benchmark_"))
     corpus = [variant, str(folder / "wiki.txt"), "--device", args.device, "--seed", "0"]
     seconds = {}
     for fast in (False, True):
-        ways = [] if fast else ["--full_padding", "--sequential_decoding"]
+        ways = [] if fast else ["--full_padding", "--captured_step", "off", "--sequential_decoding"]
         pretrained, finetuned = str(work / f"pre{fast}.params"), str(work / f"fine{fast}.params")
         pretrain = ["pretrain", *corpus, "--writing_params_path", pretrained, "--pretrain_epochs", "1"]
         seconds[fast, "pretrain"] = timed_process([*pretrain, *ways])
@@ -287,7 +289,8 @@ def count_dispatches(variant, files, args):
     """
     rows = []
     for label, (shape, pass_rows) in BATCH_SHAPES.items():
-        trainer = pretraining_trainer(variant, files, dataclasses.replace(args.fast_recipe, **shape), args.device)
+        recipe = dataclasses.replace(args.fast_recipe, **shape, captured_step="off")  # the step as it dispatches
+        trainer = pretraining_trainer(variant, files, recipe, args.device)
         trainer.micro_batch_size = pass_rows
         batches = itertools.cycle(list(trainer.batches.epoch(0)))
         trainer.train_step(*next(batches))
@@ -358,7 +361,7 @@ def compare_variant(variant, files, args):
     names = NameDataset(pretrain, files["birth_places_train.tsv"])
     rows = read_questions(files["birth_dev.tsv"])[: args.eval_questions]
     questions = [known_characters(question, pretrain.stoi)[0] for _, question, _ in rows]  # as run.py evaluate
-    results, recipes = {}, {False: dataclasses.replace(HANDOUT, full_padding=True), True: args.fast_recipe}
+    results, recipes = {}, {False: dataclasses.replace(HANDOUT, **STRAIGHTFORWARD), True: args.fast_recipe}
     for fast in (False, True):
         set_seed(0)
         model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))

@@ -5,41 +5,45 @@
 #   experiments/gpu_check.sh OUT
 #
 # The parts run one after another, alone on the machine, in this order (PARTS picks them); a
-# part that the deadline leaves no time for is skipped, the table takes whatever time is left:
+# part that the deadline leaves no time for is skipped; the table, then the tests, take
+# whatever time is left:
 #   paces     experiments/step_pace.py: vanilla's handout pretraining under each way of running the
-#             step (straightforward, default, fixed shapes, captured by a CUDA graph and by
-#             torch.compile) in fp32, tf32 and bf16: steps/s, host and GPU time a step, 650 epochs projected
+#             step (straightforward, cut batches, fixed shapes, captured by a CUDA graph, the
+#             default, and by torch.compile) in fp32, tf32 and bf16: steps/s, host and GPU
+#             time a step, 650 epochs projected
 #   handout   the handout's vanilla, whole processes with the fastest row's flags (FLAGS= to choose):
 #             the 650-epoch pretraining (its time; cut at its limit, the epoch it reached and its
 #             projected time), the handout's finetuning and dev score, and the frames readout of the
 #             same pretrained params
 #   handout_fp32  the same with the fastest fp32 row's flags, when the fastest is not fp32
-#   cuda_tests  tests/test_cuda.py and tests/test_capture.py alone (the tests that need CUDA, and their neighbours)
-#   suite     the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it
-#             ends; the 25 slowest listed)
-#   profile   vanilla's handout pretraining, batches cut (the default) and at full width: an epoch's
+#   profile   vanilla's handout pretraining, eager, batches cut and at full width: an epoch's
 #             batches drawn, 50 steps on batches in memory timed, then torch.profiler's table of 50 more
 #   pace      the benchmark's rows of the handout pretraining for the four variants in fp32 (the
 #             fastest of 4 epochs each way)
 #   switches  vanilla's rows with --fixed_shapes, with --precision tf32, with --precision bf16, with --compile
 #   demo      ./run.sh demo
-#   table     ./run.sh --jobs 5, the handout table, cut at the deadline: each row's loss at the
-#             epoch reached and its projected time, and the dev accuracy of the rows that finish
+#   table     ./run.sh --jobs 5 $TABLE_FLAGS (default --precision tf32), the handout table, cut at the
+#             deadline: each row's loss at the epoch reached and its projected time, and the dev
+#             accuracy of the rows that finish
+#   cuda_tests  tests/test_cuda.py and tests/test_capture.py alone (the tests that need CUDA, and their neighbours)
+#   suite     the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it
+#             ends; the 25 slowest listed)
 # Each part has a time limit; OUT/summary.md gathers what each printed that matters, as it
 # goes, and is printed last; OUT/logs.tar holds every part's whole log.
 # A part cut at its limit gets SIGTERM; the suite SIGINT, so that pytest still lists its slowest tests.
 # Measured on one H100 (2026-11-26 and 27): the suite with 16 workers needs more than 285 s
 # (2 workers on 2 CPU cores: 270 s); the benchmark about 60 s a variant; the demo more than
-# 75 s; 5 trainings side by side ran 14-24 steps/s each. So a loan of 15 minutes takes two
-# calls: the default, PARTS="paces handout handout_fp32" within DEADLINE=570, then
-# PARTS="table suite" DEADLINE=(the seconds left, less a minute).
+# 75 s. On one H200 (2026-11-27, docs/speed.md) "paces handout handout_fp32" took a loan's
+# first call whole; so the default is now what that loan could not run, the table (vanilla's
+# pretraining alone took 122 s with --precision tf32) and the suite.
 set -uo pipefail
 OUT=${1:?usage: experiments/gpu_check.sh OUT}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-PARTS=${PARTS-paces handout handout_fp32}
+PARTS=${PARTS-table suite}
+TABLE_FLAGS=${TABLE_FLAGS---precision tf32}
 DEADLINE=${DEADLINE:-570}
 SUMMARY=$OUT/summary.md
 LOGS=$(mktemp -d)
@@ -144,27 +148,10 @@ if [[ " $PARTS " == *" handout_fp32 "* ]] && [[ " ${best[*]-} " == *" --precisio
   handout_run handout_fp32 ${fp32[@]+"${fp32[@]}"}
 fi
 
-if [[ " $PARTS " == *" cuda_tests "* ]]; then
-  note; note "## The tests that need CUDA (tests/test_cuda.py, tests/test_capture.py)"
-  CUT_SIGNAL=INT timed cuda_tests 150 "$PY" -m pytest -v --durations=10 -o addopts= tests/test_cuda.py \
-    tests/test_capture.py -p no:cacheprovider
-  note '```'; grep -E '(PASSED|FAILED|ERROR|SKIPPED)' "$LOGS/cuda_tests.log" 2> /dev/null | head -40 >> "$SUMMARY"
-  grep -E '^E ' "$LOGS/cuda_tests.log" 2> /dev/null | head -20 >> "$SUMMARY"
-  note "$(tail -1 "$LOGS/cuda_tests.log" 2> /dev/null)"; note '```'
-fi
-
-if [[ " $PARTS " == *" suite "* ]]; then
-  note; note "## The whole suite with CUDA visible"
-  CUT_SIGNAL=INT timed suite 300 "$PY" -m pytest -v --durations=25 "${XDIST[@]}" tests -p no:cacheprovider
-  note '```'; grep -E '(FAILED|ERROR) tests/' "$LOGS/suite.log" 2> /dev/null | head -20 >> "$SUMMARY"
-  sed -n '/slowest 25 durations/,/^=/p' "$LOGS/suite.log" 2> /dev/null | head -26 >> "$SUMMARY"
-  note "$(tail -1 "$LOGS/suite.log" 2> /dev/null)"; note '```'
-fi
-
 if [[ " $PARTS " == *" profile "* ]]; then
   for width in cut full; do
     note; note "## vanilla's handout pretraining, batches $width: steps in memory, torch.profiler's table"
-    flags=(); [[ $width == full ]] && flags=(--full_padding)
+    flags=(--captured_step off); [[ $width == full ]] && flags+=(--full_padding)
     timed "profile_$width" 45 "$PY" experiments/benchmark.py --variants vanilla --profile_steps 50 "${flags[@]}"
     note '```'; grep -E '^(drawing|[0-9]+ steps)' "$LOGS/profile_$width.log" >> "$SUMMARY" 2> /dev/null
     sed -n '/^---/,$p' "$LOGS/profile_$width.log" 2> /dev/null | head -24 >> "$SUMMARY"
@@ -199,9 +186,10 @@ if [[ " $PARTS " == *" demo "* ]]; then
 fi
 
 if [[ " $PARTS " == *" table "* ]]; then
-  note; note "## The handout table: ./run.sh --jobs 5, cut at the deadline"
+  note; note "## The handout table: ./run.sh --jobs 5 $TABLE_FLAGS, cut at the deadline"
   rm -rf logs
-  timed table 600 ./run.sh --jobs 5
+  read -r -a table_flags <<< "$TABLE_FLAGS"
+  timed table 600 ./run.sh --jobs 5 ${table_flags[@]+"${table_flags[@]}"}
   note '```'; tail_lines table 12; note '```'
   note; note "Each training's last progress line:"; note '```'
   for log in logs/*.log; do
@@ -210,6 +198,23 @@ if [[ " $PARTS " == *" table "* ]]; then
   done
   note '```'
   cp -r logs "$LOGS/table_logs" 2> /dev/null && keep table_logs
+fi
+
+if [[ " $PARTS " == *" cuda_tests "* ]]; then
+  note; note "## The tests that need CUDA (tests/test_cuda.py, tests/test_capture.py)"
+  CUT_SIGNAL=INT timed cuda_tests 150 "$PY" -m pytest -v --durations=10 -o addopts= tests/test_cuda.py \
+    tests/test_capture.py -p no:cacheprovider
+  note '```'; grep -E '(PASSED|FAILED|ERROR|SKIPPED)' "$LOGS/cuda_tests.log" 2> /dev/null | head -40 >> "$SUMMARY"
+  grep -E '^E ' "$LOGS/cuda_tests.log" 2> /dev/null | head -20 >> "$SUMMARY"
+  note "$(tail -1 "$LOGS/cuda_tests.log" 2> /dev/null)"; note '```'
+fi
+
+if [[ " $PARTS " == *" suite "* ]]; then
+  note; note "## The whole suite with CUDA visible"
+  CUT_SIGNAL=INT timed suite 300 "$PY" -m pytest -v --durations=25 "${XDIST[@]}" tests -p no:cacheprovider
+  note '```'; grep -E '(FAILED|ERROR) tests/' "$LOGS/suite.log" 2> /dev/null | head -20 >> "$SUMMARY"
+  sed -n '/slowest 25 durations/,/^=/p' "$LOGS/suite.log" 2> /dev/null | head -26 >> "$SUMMARY"
+  note "$(tail -1 "$LOGS/suite.log" 2> /dev/null)"; note '```'
 fi
 
 cat "$SUMMARY"

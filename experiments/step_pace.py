@@ -1,8 +1,9 @@
 """
 The pace of vanilla's handout pretraining under each way of running its step, side by side in
-one process on this machine: the straightforward loop (rows at full width), the default (batches
-cut after their last target), fixed shapes eager, and the captured step each way (capture.py:
-a CUDA graph, torch.compile's reduce-overhead), each in every precision asked for.
+one process on this machine: the straightforward loop (rows at full width), batches cut after
+their last target (the CPU's default), fixed shapes eager, and the captured step each way
+(capture.py: a CUDA graph, CUDA's default, and torch.compile's reduce-overhead), each in every
+precision asked for.
 
     python experiments/step_pace.py [--epochs 3] [--precisions fp32 tf32 bf16] [--ways ...]
         [--data data] [--device auto]
@@ -25,7 +26,7 @@ import src_path  # noqa: F401
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmark import data_folder, load_data, model_config, timed_training
+from benchmark import STRAIGHTFORWARD, data_folder, load_data, model_config, timed_training
 from config import BLOCK_SIZE, HANDOUT
 from dataset import CharCorruptionDataset
 from distributed import pick_device
@@ -34,10 +35,10 @@ from model import GPT
 from utils import set_seed
 
 WAYS = {  # how the step runs: the Recipe fields that say so
-    "straightforward": dict(full_padding=True),
-    "default": {},
-    "fixed_shapes": dict(fixed_shapes=True),
-    "cuda_graph": dict(captured_step="cuda_graph"),  # batches of one shape, as fixed_shapes
+    "straightforward": STRAIGHTFORWARD,
+    "cut": dict(captured_step="off"),  # the CPU's default: batches cut after their last target
+    "fixed_shapes": dict(fixed_shapes=True, captured_step="off"),
+    "cuda_graph": dict(captured_step="cuda_graph"),  # CUDA's default (auto); batches of one shape, as fixed_shapes
     "compiled": dict(captured_step="compiled"),
 }
 

@@ -14,6 +14,8 @@ import threading
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from capture import way_for
+
 LENGTH_GROUPING_POOL = 16  # with group_by_length, batches per pool of examples grouped by length
 
 
@@ -48,7 +50,7 @@ class EpochBatches:
     def __init__(self, dataset, config, device=None):
         self.dataset, self.config, self.device = dataset, config, device or torch.device("cpu")
         self.generator = torch.Generator()
-        self.fixed = config.fixed_shapes or config.captured_step != "off"  # a captured step replays one shape
+        self.fixed = config.fixed_shapes or way_for(config, self.device) != "off"  # a captured step replays one shape
         self.cut = not (config.full_padding or self.fixed)  # rows cut after their last real target
         pool = LENGTH_GROUPING_POOL if config.group_by_length and self.cut else 1
         self.chunk_size = config.batch_size * pool

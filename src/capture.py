@@ -3,7 +3,8 @@ One training step captured once and replayed (Recipe.captured_step): the forward
 the clipping and the fused AdamW of a batch of one shape (as fixed_shapes gives), launched as one CUDA
 graph instead of hundreds of kernels from the host. "cuda_graph" captures it with PyTorch's
 torch.cuda.graph; "compiled" with torch.compile(mode="reduce-overhead") (its graphs, and the
-compile time). Off CUDA, or over several ranks, the step runs as it is, uncaptured.
+compile time). "auto", the default, is a CUDA graph on one CUDA process (the fastest way there:
+docs/speed.md) and off elsewhere. Off CUDA, or over several ranks, the step runs as it is, uncaptured.
 
 What capture needs of the step, and the trainer gives it: nothing read back to the host
 (the loss and the non-finite check stay on the device), the learning rate in a tensor the
@@ -16,9 +17,22 @@ import logging
 
 import torch
 
+from distributed import rank_and_world_size
+
 logger = logging.getLogger(__name__)
 
 WARMUP_STEPS = 3  # eager steps, on a side stream, before the capture (PyTorch's advice for whole-network capture)
+
+
+def way_for(config, device):
+    """
+    The way config.captured_step asks for on this device. "auto": a CUDA graph on one CUDA
+    process, unless the step cannot be captured there (fp16's GradScaler, a --compile'd model); off elsewhere.
+    """
+    if config.captured_step != "auto":
+        return config.captured_step
+    alone_on_cuda = device.type == "cuda" and rank_and_world_size()[1] == 1
+    return "cuda_graph" if alone_on_cuda and config.precision != "fp16" and not config.compile else "off"
 
 
 def lr_tensor(value, device):

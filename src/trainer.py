@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 import checkpoint
 from batching import EpochBatches, forward_passes, rank_rows, to_device
-from capture import captured, lr_tensor, rate_in_tensor
+from capture import captured, lr_tensor, rate_in_tensor, way_for
 from config import HANDOUT
 from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
 from loss_tally import LossTally
@@ -120,7 +120,7 @@ def course_adamw(model, config, device):
     (capture.rate_in_tensor).
     """
     fused = device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
-    capture = rate_in_tensor(config.captured_step, device, fused)
+    capture = rate_in_tensor(way_for(config, device), device, fused)
     groups = parameter_groups(model, config.weight_decay, config.decay_groups)
     optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused, capturable=capture)
     if capture:
@@ -196,7 +196,7 @@ class Trainer:
             self.forward = self.ddp = DistributedDataParallel(model, device_ids=device_ids)
         if c.compile:
             self.forward = torch.compile(self.forward, dynamic=True)
-        self.descend = captured(self.gradient_step, c.captured_step, self.device, self.world_size)
+        self.descend = captured(self.gradient_step, way_for(c, self.device), self.device, self.world_size)
         self.bar = None  # train()'s progress bar, closed when it returns
 
     def train(self):

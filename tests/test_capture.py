@@ -1,7 +1,8 @@
 """
 The captured step (capture.py, Recipe.captured_step): on the CPU the same code runs uncaptured
 and trains as the plain step does, bit for bit, and torch.compile compiles it once however the
-learning rate moves; on a GPU (skipped without one) the CUDA graph replays the eager step.
+learning rate moves; the default captures it on one CUDA process alone; on a GPU (skipped
+without one) the CUDA graph replays the eager step.
 """
 
 import random
@@ -10,11 +11,13 @@ import pytest
 import torch
 import torch._dynamo
 
+import capture
 import checkpoint
+from capture import way_for
 from config import Recipe
 from dataset import CharCorruptionDataset
 from errors import RunError
-from model import GPT, GPTConfig
+from model import GPT, VARIANTS, variant_config
 from trainer import Trainer, TrainerConfig
 
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -26,12 +29,12 @@ def corpus(tiny_world):
         return CharCorruptionDataset(f.read(), 64)
 
 
-def trainer_of(corpus, device="cpu", dropout=0.1, epochs=3, **settings):
+def trainer_of(corpus, device="cpu", dropout=0.1, epochs=3, variant="vanilla", **settings):
     """A small model's pretraining Trainer with a schedule that moves the rate every step."""
     random.seed(0)  # the span corruptions' draws
     torch.manual_seed(0)
-    sizes = dict(n_layer=1, n_head=2, n_embd=16, embd_pdrop=dropout, resid_pdrop=dropout, attn_pdrop=dropout)
-    model = GPT(GPTConfig(corpus.vocab_size, 64, **sizes))
+    sizes = dict(n_layer=1, n_head=2, n_embd=16, bottleneck_dim=8, dropout=dropout)
+    model = GPT(variant_config(variant, corpus.vocab_size, 64, **sizes))
     schedule = dict(learning_rate=3e-3, lr_decay=True, warmup_tokens=500, final_tokens=5000)
     config = TrainerConfig(max_epochs=epochs, batch_size=8, device=device, data_seed=0, **schedule, **settings)
     return Trainer(model, corpus, None, config)
@@ -86,6 +89,22 @@ def test_the_step_compiles_once_while_the_learning_rate_moves(corpus, captured_s
     assert torch.equal(params_of(trainer), params_of(eager))
 
 
+def test_the_default_captures_the_step_on_one_cuda_process_alone(corpus, monkeypatch):
+    """captured_step "auto": a CUDA graph on one CUDA process where the step can be captured, else the plain step."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert Recipe().captured_step == "auto" and Recipe(precision="fp16").precision == "fp16"
+    assert way_for(TrainerConfig(), cuda) == way_for(TrainerConfig(precision="tf32"), cuda) == "cuda_graph"
+    for settings in (dict(precision="fp16"), dict(compile=True), dict(captured_step="off")):
+        assert way_for(TrainerConfig(**settings), cuda) == "off", settings
+    assert way_for(TrainerConfig(), cpu) == way_for(TrainerConfig(), torch.device("mps")) == "off"
+    assert way_for(TrainerConfig(captured_step="compiled"), cpu) == "compiled", "asked for: captured() warns"
+    plain = trainer_of(corpus)
+    assert plain.batches.cut and plain.descend == plain.gradient_step
+    assert not torch.is_tensor(plain.optimizer.param_groups[0]["lr"])
+    monkeypatch.setattr(capture, "rank_and_world_size", lambda: (0, 2))
+    assert way_for(TrainerConfig(), cuda) == "off", "torchrun's ranks step uncaptured"
+
+
 def test_a_captured_step_has_batches_of_one_shape_and_no_fp16(corpus):
     with pytest.raises(RunError, match="captured_step cannot go with --precision fp16"):
         Recipe(captured_step="cuda_graph", precision="fp16")
@@ -95,15 +114,15 @@ def test_a_captured_step_has_batches_of_one_shape_and_no_fp16(corpus):
 
 
 @cuda_only
-@pytest.mark.parametrize("way", ["cuda_graph", "compiled"])
-def test_the_captured_step_trains_as_the_eager_one(corpus, way):
+@pytest.mark.parametrize("way, variant", [("auto", variant) for variant in VARIANTS] + [("compiled", "vanilla")])
+def test_the_captured_step_trains_as_the_eager_one(corpus, way, variant):
     """
-    Without dropout (whose draws a graph makes anew): the replayed CUDA graph trains as eager
-    steps do, bit for bit; the compiled step (inductor's kernels) within 1e-3.
+    Without dropout (whose draws a graph makes anew): the replayed CUDA graph (the default on
+    CUDA) trains as eager steps do, bit for bit, for every variant; the compiled step (inductor's kernels) within 1e-3.
     """
-    eager = trainer_of(corpus, "cuda", dropout=0.0, fixed_shapes=True)
+    eager = trainer_of(corpus, "cuda", dropout=0.0, variant=variant, fixed_shapes=True, captured_step="off")
     eager.train()
-    captured = trainer_of(corpus, "cuda", dropout=0.0, captured_step=way)
+    captured = trainer_of(corpus, "cuda", dropout=0.0, variant=variant, captured_step=way)
     captured.train()
     if way == "compiled":
         assert captured.epoch_losses == pytest.approx(eager.epoch_losses, rel=1e-3)
