@@ -9,6 +9,7 @@ of the batch's targets).
 
 import math
 import random
+import signal
 import threading
 
 import torch
@@ -17,6 +18,16 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from capture import way_for
 
 LENGTH_GROUPING_POOL = 16  # with group_by_length, batches per pool of examples grouped by length
+
+
+def leave_stop_signals_to_the_main_process(worker_id):
+    """
+    A DataLoader worker takes SIGTERM as it takes a Ctrl-C: it ends quietly, and the main
+    process, which gets the same signal when it is sent to the whole process group, stops
+    after its step and writes its checkpoint (a worker killed by SIGTERM would end the run
+    with the DataLoader's error instead).
+    """
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def real_lengths(y):
@@ -67,6 +78,7 @@ class EpochBatches:
             batch_size=self.chunk_size,
             num_workers=config.num_workers,
             persistent_workers=config.num_workers > 0,
+            worker_init_fn=leave_stop_signals_to_the_main_process,
             **order,
         )
 

@@ -39,7 +39,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 import checkpoint
-from batching import EpochBatches, forward_passes, rank_rows, to_device
+from batching import EpochBatches, forward_passes, leave_stop_signals_to_the_main_process, rank_rows, to_device
 from capture import captured, lr_tensor, rate_in_tensor, way_for
 from config import HANDOUT
 from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
@@ -372,7 +372,12 @@ class Trainer:
     def evaluate_loss(self, dataset):
         """The mean loss over a dataset, with dropout off; the model's mode is left as it was."""
         c = self.config
-        loader = torch.utils.data.DataLoader(dataset, batch_size=c.batch_size, num_workers=c.num_workers)
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=c.batch_size,
+            num_workers=c.num_workers,
+            worker_init_fn=leave_stop_signals_to_the_main_process,
+        )
         with eval_mode(self.model):
             losses = [self.model(x.to(self.device), y.to(self.device))[1].item() for x, y in loader]
         return sum(losses) / max(1, len(losses))

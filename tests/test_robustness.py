@@ -82,9 +82,12 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, tiny_world, tmp_path):
-    """Ctrl-C, or a stopped Colab session: a checkpoint of the last step, one line, exit 128 + signal."""
+@pytest.mark.parametrize("signum, workers", [(signal.SIGINT, 0), (signal.SIGTERM, 2)])
+def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, workers, tiny_world, tmp_path):
+    """
+    Ctrl-C, or a stopped Colab session: a checkpoint of the last step, one line, exit 128 +
+    signal; SIGTERM sent to the whole process group, DataLoader workers in it.
+    """
     common = [
         "pretrain",
         "vanilla",
@@ -94,15 +97,21 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, tin
         "--pretrain_epochs",
         40,
         *TINY,
+        "--num_workers",  # after TINY's 0
+        workers,
     ]
     ckpt = tmp_path / "p.params.ckpt"
     process = subprocess.Popen(
-        [sys.executable, RUN_PY, *map(str, common)], cwd=RUNS_DIR, stderr=subprocess.PIPE, text=True
+        [sys.executable, RUN_PY, *map(str, common)],
+        cwd=RUNS_DIR,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 240
     while not ckpt.exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.01)
-    process.send_signal(signum)
+    os.killpg(process.pid, signum)
     err = process.communicate(timeout=120)[1]
     assert process.returncode == 128 + signum, err
     said = [line for line in err.splitlines() if line.startswith("run.py:")]
