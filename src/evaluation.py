@@ -120,8 +120,10 @@ def readout_share(cfg, metadata, corpus, model, rows, device):
     pairs = [(question, place) for _, question, place in training]
 
     def fit():
-        return frames.fitted_ensemble(model, corpus, pairs, r.readout_frames, device)
+        return frames.fitted_ensemble(
+            model, corpus, pairs, r.readout_frames, device, learned=r.readout_choice == "learned"
+        )
 
     fitted_on = [cfg.reading_params_path, training_path, resolve_data_path(cfg.pretrain_corpus_path)]
-    ensemble = frames.kept_ensemble(fitted_on, r.readout_frames, fit)
+    ensemble = frames.kept_ensemble(fitted_on, dict(writers=r.readout_frames, choice=r.readout_choice), fit)
     return frames.answers(model, corpus, names[rank::world_size], ensemble, device)

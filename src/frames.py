@@ -23,6 +23,7 @@ import re
 
 import torch
 
+import choice
 from dataset import biographies, known_characters, name_of
 from decoding import Answer, greedy_completions
 from distributed import rank_and_world_size
@@ -39,7 +40,7 @@ POOL = 8  # the writers are chosen among the frames that alone answer most train
 FIT_PEOPLE = 500  # the writers are chosen on this many of the training people, evenly through their file
 MIN_SHARE = 0.01  # a frame is mined where at least this share of the training people (and two) share it
 KEPT = ".readout.json"  # beside the params: the readout fitted on them, read back while its key holds
-FIT_VERSION = 1  # in the kept readout's key: raise it when the fitting changes, so that no stale fit is read back
+FIT_VERSION = 2  # in the kept readout's key: raise it when the fitting changes, so that no stale fit is read back
 
 
 def names_of(rows, path, stoi=None):
@@ -213,10 +214,10 @@ def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256)
     return scores
 
 
-def option_scores(model, corpus, names, options, scorers, end, device):
+def scorer_scores(model, corpus, names, options, scorers, end, device):
     """
-    [[summed log-probability of each option]] per name: each candidate place, followed by
-    `end`, scored after every scorer frame and the scores added.
+    [[(log-probability after each scorer frame) for each option]] per name: each candidate
+    place, followed by `end`, scored after every scorer frame.
     """
     prompts, texts = [], []
     for name, places in zip(names, options):
@@ -225,7 +226,12 @@ def option_scores(model, corpus, names, options, scorers, end, device):
                 prompts.append(prompt(frame, name))
                 texts.append(known_characters(place + end, corpus.stoi)[0])
     scores = iter(text_logprobs(model, corpus, prompts, texts, device))
-    return [[sum(next(scores) for _ in scorers) for _ in places] for places in options]
+    return [[tuple(next(scores) for _ in scorers) for _ in places] for places in options]
+
+
+def option_scores(model, corpus, names, options, scorers, end, device):
+    """[[summed log-probability of each option]] per name: scorer_scores added up."""
+    return [list(map(sum, row)) for row in scorer_scores(model, corpus, names, options, scorers, end, device)]
 
 
 def best_option(places, totals):
@@ -238,20 +244,37 @@ class Ensemble:
     """
     What the frames readout asks: `writers`, the frames whose continuations give the
     candidates (place_in with `skips`); `scorers`, the frames under which each candidate's
-    log-probability (followed by `end`) is summed; the likeliest candidate is the answer.
+    log-probability (followed by `end`) is taken; the answer is the candidate of the highest
+    learned score (choice.py, `weights`), or without weights the likeliest, its log-probabilities summed.
     """
 
     writers: tuple
     scorers: tuple
     skips: frozenset = frozenset()
     end: str = ","
+    weights: tuple = ()
+
+    def described(self, model, corpus, names, device):
+        """(each name's candidate places, their scorer_scores, the place each writer wrote)."""
+        written = candidates(model, corpus, names, self.writers, self.skips, device)
+        options = [sorted({place for place in places if place}) for places in written]
+        return options, scorer_scores(model, corpus, names, options, self.scorers, self.end, device), written
 
     def answers(self, model, corpus, names, device):
         """(answer, its summed log-probability) for each name; ("", -inf) where no frame wrote a place."""
-        written = candidates(model, corpus, names, self.writers, self.skips, device)
-        options = [sorted({place for place in places if place}) for places in written]
-        totals = option_scores(model, corpus, names, options, self.scorers, self.end, device)
-        return [best_option(places, scores) for places, scores in zip(options, totals)]
+        return self.choose(*self.described(model, corpus, names, device))
+
+    def choose(self, options, scores, written):
+        """(answer, its summed log-probability) for each name described (described), as answers gives them."""
+        picked = []
+        for places, each, wrote in zip(options, scores, written):
+            totals = list(map(sum, each))
+            if self.weights and places:
+                k = choice.chosen(choice.features(each, wrote, places), self.weights)
+                picked.append((places[k], totals[k]))
+            else:
+                picked.append(best_option(places, totals))
+        return picked
 
 
 def accuracy(answers, pairs):
@@ -264,13 +287,14 @@ def least_people(pairs):
     return max(2, math.ceil(MIN_SHARE * len(pairs)))
 
 
-def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL):
+def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=False):
     """
     The ensemble fitted on the training (question, place) pairs. Its frames are mined from
     all their people's biographies, its scorers those that come right before the place (all
     of them where none does); its `writers` are chosen one at a time, each the frame that
-    adds most to the ensemble's accuracy on FIT_PEOPLE of those people, from the `pool`
-    frames that alone answer most of them.
+    adds most to the summed score's accuracy on FIT_PEOPLE of those people, from the `pool`
+    frames that alone answer most of them; `learned`: with the weights of a choice among
+    the candidates fitted on all the training people (choice.py).
     """
     mined = mine(corpus.data, pairs, least_people(pairs))
     if not mined.frames:
@@ -279,7 +303,7 @@ def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL):
             "(are their biographies in the corpus?): the frames readout has nothing to ask"
         )
     scorers = mined.scorers or tuple(frame for frame, _ in mined.frames)
-    pairs = pairs[:: max(1, len(pairs) // FIT_PEOPLE)][:FIT_PEOPLE]  # evenly through the file
+    everyone, pairs = pairs, pairs[:: max(1, len(pairs) // FIT_PEOPLE)][:FIT_PEOPLE]  # evenly through the file
     names, places = [name_of(question) for question, _ in pairs], [place for _, place in pairs]
     frames = [frame for frame, _ in mined.frames]
     written = candidates(model, corpus, names, frames, mined.skips, device)
@@ -300,7 +324,25 @@ def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL):
     picked = []
     for _ in range(min(writers, len(pooled))):
         picked.append(max((i for i in pooled if i not in picked), key=lambda i: right(picked + [i])))
-    return Ensemble(tuple(frames[i] for i in picked), scorers, mined.skips)
+    ensemble = Ensemble(tuple(frames[i] for i in picked), scorers, mined.skips)
+    return (
+        dataclasses.replace(ensemble, weights=learned_weights(model, corpus, everyone, ensemble, device))
+        if learned
+        else ensemble
+    )
+
+
+def learned_weights(model, corpus, pairs, ensemble, device):
+    """The weights of the choice among the ensemble's candidates, fitted on the training (question, place) pairs."""
+    names = [name_of(question) for question, _ in pairs]
+    described, rights = [], []
+    for places, scores, wrote, (_, place) in zip(*ensemble.described(model, corpus, names, device), pairs):
+        described.append(choice.features(scores, wrote, places))
+        rights.append(places.index(place) if place in places else None)
+    weights = choice.fitted_weights(described, rights)
+    if not weights:
+        logger.warning("no training person's place is among their candidates: the summed score chooses")
+    return weights
 
 
 def answers(model, corpus, names, ensemble, device):
@@ -317,29 +359,30 @@ def file_digest(path):
     return digest.hexdigest()
 
 
-def kept_ensemble(fitted_on, writers, fit):
+def kept_ensemble(fitted_on, settings, fit):
     """
     The ensemble kept beside the params (the params' path + KEPT), if it was fitted on the same
     files, `fitted_on` (the params, the training pairs, the corpus), and settings (its key: the
-    files' sha256, `writers` and this file's constants); else fit()'s, kept there for the next
+    files' sha256, the dict `settings` and this file's constants); else fit()'s, kept there for the next
     call (by the first rank; a folder that refuses it loses only the keeping). A kept one of
     another key is refit, and said so.
     """
     params_path, training_path, corpus_path = fitted_on
     path = str(params_path) + KEPT
     key = dict(params=file_digest(params_path), training=file_digest(training_path), corpus=file_digest(corpus_path))
-    key.update(writers=writers, settings=[FIT_VERSION, MOST_WORDS, PLACE_STEPS, POOL, FIT_PEOPLE, MIN_SHARE])
+    key.update(settings, constants=[FIT_VERSION, MOST_WORDS, PLACE_STEPS, POOL, FIT_PEOPLE, MIN_SHARE, choice.L2])
     kept = None
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         with open(path, encoding="utf-8") as f:
             kept = json.load(f)
         if kept["key"] == key:
             found = kept["ensemble"]
-            return Ensemble(tuple(found["writers"]), tuple(found["scorers"]), frozenset(found["skips"]), found["end"])
+            writers, scorers, skips, weights = (tuple(found[k]) for k in ("writers", "scorers", "skips", "weights"))
+            return Ensemble(writers, scorers, frozenset(skips), found["end"], weights)
     if kept is not None:
         logger.warning("%s was fitted on other files or settings: fitting the readout again", path)
     ensemble = fit()
-    found = dict(writers=ensemble.writers, scorers=ensemble.scorers, skips=sorted(ensemble.skips), end=ensemble.end)
+    found = dataclasses.asdict(ensemble) | dict(skips=sorted(ensemble.skips))
     text = json.dumps(dict(key=key, ensemble=found), ensure_ascii=False, indent=1)
     if rank_and_world_size()[0] == 0:
         try:

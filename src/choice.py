@@ -1,0 +1,60 @@
+"""
+The frames readout's choice among a person's candidate places, learned on the training people.
+
+The summed score takes the candidate whose log-probabilities after the scorer frames add up
+highest. The learned choice scores each candidate by a linear function of its features
+(features): its log-probability after each scorer frame, which writers wrote it, and its
+length. The weights are those of a softmax over each training person's candidates that
+picks the person's place, fitted (L-BFGS, an L2 penalty on the standardised weights) on the
+training people whose place is among their candidates (fitted_weights); answering takes the
+candidate of the highest score (chosen).
+"""
+
+import torch
+
+FLOOR = -100.0  # a log-probability that cannot be computed (the text beyond the block) counts as this
+L2 = 0.01  # the penalty on the squared standardised weights
+
+
+def features(scores, written, places):
+    """
+    (len(places), scorers + writers + 1) float64 tensor: for each candidate place, its
+    log-probability after each scorer frame (`scores`, a tuple per place; floored at FLOOR),
+    whether each writer wrote it (`written`, the place each writer wrote), and its length.
+    """
+    rows = [[*score, *(float(w == place) for w in written), float(len(place))] for score, place in zip(scores, places)]
+    width = (len(scores[0]) if scores else 0) + len(written) + 1
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(places), width).clamp(min=FLOOR)
+
+
+def fitted_weights(described, rights):
+    """
+    The weights (a tuple of floats, one per feature) of a softmax over each person's
+    candidates, fitted to pick the right one: `described`, each person's features; `rights`,
+    the index of the person's place among their candidates, or None where it is not there.
+    Where no person's place is there, no weights: () (the summed score chooses).
+    """
+    fitted = [(f, right) for f, right in zip(described, rights) if right is not None]
+    if not fitted:
+        return ()
+    stacked = torch.cat([f for f, _ in fitted])
+    mean, scale = stacked.mean(0), stacked.std(0).nan_to_num(1.0).clamp(min=1e-6)
+    weights = torch.zeros(stacked.size(1), dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([weights], max_iter=500, line_search_fn="strong_wolfe")
+
+    def loss():
+        optimizer.zero_grad()
+        picked = sum(-torch.log_softmax(((f - mean) / scale) @ weights, 0)[right] for f, right in fitted)
+        total = picked / len(fitted) + L2 * weights.pow(2).sum()
+        total.backward()
+        return total
+
+    optimizer.step(loss)
+    return tuple((weights.detach() / scale).tolist())  # on the features as they are: the mean shifts every score alike
+
+
+def chosen(described, weights):
+    """The index of the candidate of the highest score under `weights` (None without candidates)."""
+    if not len(described):
+        return None
+    return int((described @ torch.tensor(weights, dtype=torch.float64)).argmax())
