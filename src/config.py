@@ -149,9 +149,7 @@ class Recipe:
     sequential_decoding: bool = False  # evaluate one question at a time without a KV cache (speed)
     readout: str = choice("question", "frames", reading=True)  # how evaluate asks: the question, or in mined frames
     readout_frames: int = reading_only(4)  # frames readout: how many frames write candidate places
-    readout_choice: str = choice(
-        "learned", "summed", reading=True
-    )  # frames readout: a choice fitted on training people
+    readout_choice: str = choice("learned", "summed", reading=True)  # frames readout: choice.py's, or likeliest
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
