@@ -262,7 +262,7 @@ RECIPES = {
     # A CPU schedule (docs/cpu-recipe.md): a narrower model, small grouped batches and no dropout,
     # decayed over its 420 epochs, then 20 epochs of examples shifted by 0..13 pads at a tenth of
     # the peak rate. Its readout asks the pretrained model in the corpus's own words, zero-shot
-    # (frames.py; its accuracy: docs/readout.md). --readout question finetunes on the handout's
+    # (frames.py, with 8 writers; its accuracy: docs/readout.md). --readout question finetunes on the handout's
     # question instead, at lr 2e-4 with GPT-1's auxiliary loss λ 0.5 (docs/extraction.md).
     "cpu": dataclasses.replace(
         HANDOUT,
@@ -279,6 +279,7 @@ RECIPES = {
         decay_epochs=420,
         group_by_length=True,
         readout="frames",
+        readout_frames=8,  # under the learned choice, more writers answer more (docs/readout.md)
     ),
     # The demo world's (run.sh demo, docs/demo.md; with the rope variant): a 4-layer model
     # pretrained on the biographies alone, 90 epochs at batch 8 in length-grouped batches
