@@ -1,25 +1,31 @@
 """
 Does any finetuning add to the frames readout (src/frames.py)? Each run finetunes the
 pretrained params on the first 1,600 people of birth_places_train.tsv, then the ensemble
-chosen zero-shot on those people, before any finetuning (finetuning on them would make them
-a poor judge of the writers), is scored on the last 400, beside the handout's question.
+(its writers, and with --choice learned its weights) fitted zero-shot on those people,
+before any finetuning (finetuning on them would make them a poor judge of it), is scored on
+the last 400, beside the handout's question.
 
     python experiments/readout_finetune.py vanilla wiki.txt --reading_params_path pretrain.params \\
-        [--finetune_corpus_path birth_places_train.tsv] [--runs zero-shot question frames ...]
+        [--finetune_corpus_path birth_places_train.tsv] [--runs zero-shot question lora ...]
 
 The runs (RUNS): the `cpu` recipe's finetuning on the question (lr 2e-4, GPT-1's auxiliary
 loss λ 0.5), at a tenth of its rate, and on the people whose birthplace the params complete
-from their biography only; finetuning in the frames themselves (each person asked in every
-frame that comes right before a place in the biographies, trained on the place and the
-comma after it), at both rates; and learning only where a place ends (the comma alone).
+from their biography only; low-rank adapters alone (rank 8, at the recipe's rate and at ten
+times it); the attention and the head alone (the MLPs and embeddings frozen); the question
+rehearsed, beside as many span corruptions of the corpus; finetuning in the frames
+themselves (each person asked in every frame that comes right before a place in the
+biographies, trained on the place and the comma after it), at both rates; and learning
+only where a place ends (the comma alone).
 """
 
 import dataclasses
 import os
+import random
 import tempfile
 import time
 
 import torch
+from torch.utils.data import ConcatDataset, Subset
 
 import src_path  # noqa: F401
 
@@ -28,7 +34,7 @@ import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from config import RECIPES, RunConfig
-from dataset import PAD_CHAR, known_characters, name_of
+from dataset import PAD_CHAR, NameDataset, known_characters, name_of
 from decoding import predict_places
 from distributed import exit_process
 from inputs import answered_pairs
@@ -40,6 +46,10 @@ RUNS = {
     "question": ("question", {}),
     "question, lr 2e-5": ("question", dict(finetune_lr=2e-5)),
     "question, people the params recall": ("question", dict(finetune_people="biography")),
+    "lora": ("question", dict(finetune_lora_rank=8)),
+    "lora, lr 2e-3": ("question", dict(finetune_lora_rank=8, finetune_lr=2e-3)),
+    "attention and head": ("question", dict(finetune_frozen="mlp,tok_emb,pos_emb")),
+    "rehearsal": ("rehearsal", {}),
     "frames": ("frames", {}),
     "frames, lr 2e-5": ("frames", dict(finetune_lr=2e-5)),
     "place ends": ("ends", {}),
@@ -76,6 +86,13 @@ class FramedPairs(torch.utils.data.Dataset):
         return tuple(torch.tensor([self.stoi[c] for c in row], dtype=torch.long) for row in (text[:-1], target))
 
 
+def rehearsed(corpus, pairs):
+    """The question's examples of `pairs`, and span corruptions of as many of the corpus's documents, mixed."""
+    questions = NameDataset(corpus, "".join(f"{question}\t{place}\n" for question, place in pairs))
+    documents = random.Random(0).sample(range(len(corpus)), min(len(pairs), len(corpus)))
+    return ConcatDataset([questions, Subset(corpus, documents)])
+
+
 def finetuned(cfg, form, settings, fitting_path, ensemble, folder):
     """The model finetuned as the run says (form None: the pretrained one), on the run's device."""
     path = cfg.reading_params_path
@@ -88,6 +105,8 @@ def finetuned(cfg, form, settings, fitting_path, ensemble, folder):
         )  # fmt: skip
 
         def examples(corpus, pairs):
+            if form == "rehearsal":
+                return rehearsed(corpus, pairs)
             return FramedPairs(corpus, pairs, ensemble.scorers, ensemble.end, form)
 
         pipeline.finetune(run, examples=None if form == "question" else examples)
@@ -101,6 +120,9 @@ def main(argv=None):
         "--runs", nargs="+", choices=list(RUNS), default=list(RUNS), metavar="RUN", help=str(list(RUNS))
     )
     parser.add_argument("--writers", type=int, default=RECIPES["cpu"].readout_frames, help="how many frames write")
+    parser.add_argument(
+        "--choice", choices=("learned", "summed"), default=RECIPES["cpu"].readout_choice, help="the readout's choice"
+    )
     args = parser.parse_args(argv)
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 
@@ -108,10 +130,13 @@ def main(argv=None):
         setup, device = pipeline.load(cfg)
         corpus, pairs = setup.corpus, answered_pairs(cfg.finetune_corpus_path)
         fitting, checking = tuning_split(pairs)
-        ensemble = frames.fitted_ensemble(setup.model, corpus, fitting, args.writers, device)
-        print(f"writers: {', '.join(ensemble.writers)}\nscorers: {', '.join(ensemble.scorers)}\n")
+        learned = args.choice == "learned"
+        ensemble = frames.fitted_ensemble(setup.model, corpus, fitting, args.writers, device, learned=learned)
+        print(f"writers: {', '.join(ensemble.writers)}\nscorers: {', '.join(ensemble.scorers)}")
+        print(f"choice: {args.choice}\n")
         print("| run | frames readout, last 400 | the handout question, last 400 | CPU s |\n| --- | --- | --- | --- |")
-        names, questions = [name_of(q) for q, _ in checking], [q for q, _ in checking]
+        names = [name_of(question) for question, _ in checking]
+        questions = [known_characters(question, corpus.stoi)[0] for question, _ in checking]  # as finetuning reads them
         with tempfile.TemporaryDirectory() as folder:
             fitting_path = os.path.join(folder, "train1600.tsv")
             with open(fitting_path, "w", encoding="utf-8") as f:

@@ -13,9 +13,11 @@ import pytest
 import torch
 
 import choice
+import controls
 import frames
 import pipeline
 import readout
+import readout_finetune
 import rerank
 from config import HANDOUT, RunConfig
 from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, evaluate_args, one_line_error
@@ -371,3 +373,33 @@ def test_a_choice_learned_on_the_training_people_is_fitted_and_checked(frames_wo
     weights = [line for line in lines if line.startswith("| scorer") or line.startswith("| written by")]
     assert len([w for w in weights if w.startswith("| written by")]) == 3 and len(weights) > 3
     assert any(line.startswith("| length | ") for line in lines)
+
+
+def test_the_finetuning_study_reads_out_each_way_of_finetuning(frames_world, capsys):
+    """experiments/readout_finetune.py: a row per run, adapters and rehearsal among them, under the learned choice."""
+    argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
+    runs = ["zero-shot", "lora", "rehearsal"]
+    argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "--runs", *runs]
+    assert readout_finetune.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "choice: learned" in lines
+    rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and line.endswith(" |")][2:]
+    assert [row[0] for row in rows] == runs
+    assert all(0 <= float(cell[:-1]) <= 100 for row in rows for cell in row[1:3])
+
+
+def test_the_controls_split_the_answers_by_whether_the_biography_names_the_place(frames_world, tmp_path, capsys):
+    """experiments/controls.py: right answers counted in each part, beside an untrained model's and London's."""
+    held_out = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
+    predictions = tmp_path / "dev.predictions"
+    predictions.write_text("nowhere\n" + "".join(f"{place}\n" for _, place in held_out[1:]), encoding="utf-8")
+    argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
+    argv += ["--predictions", str(predictions), "--eval_corpus_path", frames_world["dev.tsv"]]
+    assert controls.main([*argv, "--finetune_corpus_path", frames_world["train.tsv"]]) == 0
+    rows = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    counts = {row[0].rsplit(" (", 1)[0]: row[1:] for row in rows[2:]}
+    people = len(held_out)
+    assert list(counts) == ["all", "biography names the place", "biography does not name it"]
+    assert counts["all"][0] == f"{people - 1} ({(people - 1) / people:.1%})"
+    london = sum(place == "London" for _, place in held_out)
+    assert counts["all"][2] == f"{london} ({london / people:.1%})"
