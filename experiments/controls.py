@@ -1,9 +1,11 @@
 """
 The controls beside a readout's figures on held-out people: its answers (predictions files
 that `run.py evaluate` wrote, one column each) split by whether the person's biography in
-the corpus names the birthplace, beside the same readout of the same model never pretrained
-(the recipe's sizes, the seed's initial weights, fitted on the training people as evaluate
-fits it) and London for everyone.
+the corpus names the birthplace, beside the readout of a model never pretrained and London
+for everyone. The untrained model has the sizes of the params read and the initial weights
+of --seed (those its pretraining started from); --recipe gives the readout it is asked with
+(its writers and choice, fitted on the training people as evaluate fits them), which should
+be the one the predictions were asked with.
 
     python experiments/controls.py vanilla wiki.txt --reading_params_path pretrain.params \\
         --predictions dev.predictions [more.predictions ...] [--eval_corpus_path birth_dev.tsv] \\
@@ -18,26 +20,32 @@ import time
 import src_path  # noqa: F401
 
 # isort: split
+import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from config import RECIPES
-from dataset import biographies, name_of
+from dataset import question_place_pairs
 from distributed import exit_process
 from errors import RunError
-from inputs import answered_pairs, load_corpus, read_text
+from inputs import load_corpus, read_pairs
 from params import save_params_with_metadata
+from readout import print_split
 
 
 def read_predictions(path, count):
-    """The predictions file's lines, which must be one per held-out pair."""
-    lines = read_text(path, "predictions").splitlines()
+    """The predictions file's lines (an empty one is an empty answer), which must be one per held-out pair."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            lines = f.read().split("\n")[:-1]
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunError(f"cannot read predictions {path}: {e}") from None
     if len(lines) != count:
         raise RunError(f"{path} has {len(lines)} predictions for {count} questions")
     return lines
 
 
 def never_pretrained(cfg, folder):
-    """The readout's answers from the model cfg's recipe and seed build before any training."""
+    """The readout's answers from the model that cfg's sizes and seed build before any training."""
     untrained = dataclasses.replace(cfg, function="pretrain", reading_params_path=None)
     setup = pipeline.build(untrained, None)
     path = os.path.join(folder, "untrained.params")
@@ -58,27 +66,17 @@ def main(argv=None):
     cfg = dataclasses.replace(cfg, recipe=RECIPES[args.recipe], recipe_name=args.recipe, seed=args.seed)
 
     def run():
-        held_out = answered_pairs(cfg.eval_corpus_path, "held-out pairs")
-        read = [read_predictions(path, len(held_out)) for path in args.predictions]
+        rows = read_pairs(cfg.eval_corpus_path, "held-out pairs", question_place_pairs)
+        frames.names_of(rows, cfg.eval_corpus_path)  # a question of another form is refused before the readout
+        held_out = [(question, place) for _, question, place in rows]
+        columns = {f"`{os.path.basename(path)}`": read_predictions(path, len(held_out)) for path in args.predictions}
         started = time.process_time()
         with tempfile.TemporaryDirectory() as folder:
-            untrained = never_pretrained(pipeline.resolved(cfg)[0], folder)
-        corpus = load_corpus(cfg.pretrain_corpus_path)
-        names = [name_of(question) for question, _ in held_out]
-        bios = biographies(corpus.data, names)
-        named = [place in bios.get(name, "") for name, (_, place) in zip(names, held_out)]
-        groups = [("all", [True] * len(held_out)), ("biography names the place", named)]
-        groups.append(("biography does not name it", [not n for n in named]))
-        columns = [f"`{os.path.basename(path)}`" for path in args.predictions] + ["never pretrained", "London for all"]
-        print(f"| held-out people | {' | '.join(columns)} |\n|{' --- |' * (len(columns) + 1)}")
-        for label, members in groups:
-            chosen = [i for i, member in enumerate(members) if member]
-            cells = []
-            for answers in (*read, untrained, ["London"] * len(held_out)):
-                right = sum(answers[i] == held_out[i][1] for i in chosen)
-                cells.append(f"{right} ({right / max(1, len(chosen)):.1%})")
-            print(f"| {label} ({len(chosen)}) | {' | '.join(cells)} |")
-        print(f"\nCPU time of the untrained readout: {time.process_time() - started:.0f} s")
+            columns["never pretrained"] = never_pretrained(pipeline.resolved(cfg)[0], folder)
+        seconds = time.process_time() - started
+        columns["London for all"] = ["London"] * len(held_out)
+        print_split(load_corpus(cfg.pretrain_corpus_path), held_out, columns)
+        print(f"\nCPU time of the untrained model's readout: {seconds:.0f} s")
 
     return exit_status("controls.py", run)
 

@@ -132,16 +132,26 @@ def controls(model, corpus, training, held_out, size, device):
     readout = [answer for answer, _ in ensemble.answers(model, corpus, names, device)]
     asked = predict_places(model, [question for question, _ in held_out], corpus.stoi, corpus.itos, device)
     commonest = collections.Counter(place for _, place in training).most_common(1)[0][0]
-    bios = biographies(corpus.data, names)
-    named = [place in bios.get(name, "") for name, (_, place) in zip(names, held_out)]
+    columns = {f"frames readout ({size} writing)": readout, "the handout question": asked}
+    print()
+    print_split(corpus, held_out, columns | {f"{commonest} for all": [commonest] * len(held_out)})
+
+
+def print_split(corpus, held_out, columns):
+    """
+    A table of how many held-out (question, place) pairs each column of answers ({label:
+    [answer per pair]}) gets right: of all, of those whose biography in the corpus names
+    the place, and of the others.
+    """
+    bios = biographies(corpus.data, [name_of(question) for question, _ in held_out])
+    named = [place in bios.get(name_of(question), "") for question, place in held_out]
     groups = [("all", [True] * len(held_out)), ("biography names the place", named)]
     groups.append(("biography does not name it", [not n for n in named]))
-    print(f"\n| held-out people | frames readout ({size} writing) | the handout question | {commonest} for all |")
-    print("| --- | --- | --- | --- |")
+    print(f"| held-out people | {' | '.join(columns)} |\n|{' --- |' * (len(columns) + 1)}")
     for label, members in groups:
         chosen = [i for i, member in enumerate(members) if member]
         cells = []
-        for answers in (readout, asked, [commonest] * len(held_out)):
+        for answers in columns.values():
             right = sum(answers[i] == held_out[i][1] for i in chosen)
             cells.append(f"{right} ({right / max(1, len(chosen)):.1%})")
         print(f"| {label} ({len(chosen)}) | {' | '.join(cells)} |")

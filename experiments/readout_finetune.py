@@ -11,8 +11,8 @@ the last 400, beside the handout's question.
 The runs (RUNS): the `cpu` recipe's finetuning on the question (lr 2e-4, GPT-1's auxiliary
 loss λ 0.5), at a tenth of its rate, and on the people whose birthplace the params complete
 from their biography only; low-rank adapters alone (rank 8, at the recipe's rate and at ten
-times it); the attention and the head alone (the MLPs and embeddings frozen); the question
-rehearsed, beside as many span corruptions of the corpus; finetuning in the frames
+times it); all but the MLPs and the embeddings (frozen); the question rehearsed, beside as
+many span corruptions of the corpus (rehearsed); finetuning in the frames
 themselves (each person asked in every frame that comes right before a place in the
 biographies, trained on the place and the comma after it), at both rates; and learning
 only where a place ends (the comma alone).
@@ -33,7 +33,7 @@ import src_path  # noqa: F401
 import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
-from config import RECIPES, RunConfig
+from config import RECIPES, Recipe, RunConfig
 from dataset import PAD_CHAR, NameDataset, known_characters, name_of
 from decoding import predict_places
 from distributed import exit_process
@@ -48,7 +48,7 @@ RUNS = {
     "question, people the params recall": ("question", dict(finetune_people="biography")),
     "lora": ("question", dict(finetune_lora_rank=8)),
     "lora, lr 2e-3": ("question", dict(finetune_lora_rank=8, finetune_lr=2e-3)),
-    "attention and head": ("question", dict(finetune_frozen="mlp,tok_emb,pos_emb")),
+    "all but the MLPs and embeddings": ("question", dict(finetune_frozen="mlp,tok_emb,pos_emb")),
     "rehearsal": ("rehearsal", {}),
     "frames": ("frames", {}),
     "frames, lr 2e-5": ("frames", dict(finetune_lr=2e-5)),
@@ -87,7 +87,12 @@ class FramedPairs(torch.utils.data.Dataset):
 
 
 def rehearsed(corpus, pairs):
-    """The question's examples of `pairs`, and span corruptions of as many of the corpus's documents, mixed."""
+    """
+    The question's examples of `pairs` mixed with as many of the corpus's documents (drawn
+    once), span-corrupted afresh each epoch as pretraining's first stage does. As many rows,
+    not as much loss: the step's loss is the mean over its targets, and a corruption row has
+    several times a question's, so most of the step's gradient is the corpus's.
+    """
     questions = NameDataset(corpus, "".join(f"{question}\t{place}\n" for question, place in pairs))
     documents = random.Random(0).sample(range(len(corpus)), min(len(pairs), len(corpus)))
     return ConcatDataset([questions, Subset(corpus, documents)])
@@ -120,9 +125,8 @@ def main(argv=None):
         "--runs", nargs="+", choices=list(RUNS), default=list(RUNS), metavar="RUN", help=str(list(RUNS))
     )
     parser.add_argument("--writers", type=int, default=RECIPES["cpu"].readout_frames, help="how many frames write")
-    parser.add_argument(
-        "--choice", choices=("learned", "summed"), default=RECIPES["cpu"].readout_choice, help="the readout's choice"
-    )
+    choices = {field.name: field for field in dataclasses.fields(Recipe)}["readout_choice"].metadata["choices"]
+    parser.add_argument("--choice", choices=choices, default=RECIPES["cpu"].readout_choice, help="the readout's choice")
     args = parser.parse_args(argv)
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 

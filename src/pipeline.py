@@ -266,7 +266,7 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
     Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path;
     from params, on every pair or on those whose place the params recall (finetune_people),
     training every weight but the frozen parts, or low-rank adapters merged in at the end.
-    examples(corpus, pairs), if given, makes the (x, y) examples of the (question, place) pairs.
+    examples(corpus, pairs), if given, makes the (x, y) examples it trains on from the (question, place) pairs.
     """
     with prepared(cfg) as (cfg, metadata, device):
         setup = build(cfg, metadata)

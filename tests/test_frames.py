@@ -22,10 +22,11 @@ import rerank
 from config import HANDOUT, RunConfig
 from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, evaluate_args, one_line_error
 from conftest import run_main as main
-from dataset import biographies, name_of
+from dataset import MASK_CHAR, PAD_CHAR, biographies, known_characters, name_of
 from decoding import Answer
 from errors import RunError
 from evaluation import details_lines
+from inputs import load_corpus
 from model import GPT, GPTConfig
 
 BIOGRAPHIES = [
@@ -388,18 +389,41 @@ def test_the_finetuning_study_reads_out_each_way_of_finetuning(frames_world, cap
     assert all(0 <= float(cell[:-1]) <= 100 for row in rows for cell in row[1:3])
 
 
+def test_rehearsal_mixes_the_questions_with_as_many_span_corrupted_documents(frames_world):
+    """experiments/readout_finetune.py's rehearsal: each pair's question row, then a corruption of a corpus document."""
+    corpus = load_corpus(frames_world["wiki.txt"])
+    pairs = [tuple(line.split("\t")) for line in lines_of(frames_world["train.tsv"])][:10]
+    mixed = readout_finetune.rehearsed(corpus, pairs)
+    assert len(mixed) == 2 * len(pairs)
+    texts = ["".join(corpus.itos[i] for i in mixed[i][0].tolist()).rstrip(PAD_CHAR) for i in range(len(mixed))]
+    spelled = [[known_characters(text, corpus.stoi)[0] for text in pair] for pair in pairs]  # as NameDataset does
+    assert [text.split(MASK_CHAR)[:2] for text in texts[: len(pairs)]] == spelled
+    for text in texts[len(pairs) :]:
+        prefix, suffix, content = text.split(MASK_CHAR)
+        assert any(document.startswith(prefix + content + suffix) for document in corpus.data)
+
+
 def test_the_controls_split_the_answers_by_whether_the_biography_names_the_place(frames_world, tmp_path, capsys):
     """experiments/controls.py: right answers counted in each part, beside an untrained model's and London's."""
     held_out = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
+    held_out.append([held_out[0][0], "London"])  # a place the person's biography does not name
+    asked = tmp_path / "dev.tsv"
+    asked.write_text("".join(f"{question}\t{place}\n" for question, place in held_out), encoding="utf-8")
+    answers = ["nowhere"] + [place for _, place in held_out[1:]]
     predictions = tmp_path / "dev.predictions"
-    predictions.write_text("nowhere\n" + "".join(f"{place}\n" for _, place in held_out[1:]), encoding="utf-8")
+    predictions.write_text("".join(f"{answer}\n" for answer in answers), encoding="utf-8")
     argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
-    argv += ["--predictions", str(predictions), "--eval_corpus_path", frames_world["dev.tsv"]]
+    argv += ["--predictions", str(predictions), "--eval_corpus_path", str(asked)]
     assert controls.main([*argv, "--finetune_corpus_path", frames_world["train.tsv"]]) == 0
     rows = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    counts = {row[0].rsplit(" (", 1)[0]: row[1:] for row in rows[2:]}
+    assert rows[0] == ["held-out people", "`dev.predictions`", "never pretrained", "London for all"]
     people = len(held_out)
-    assert list(counts) == ["all", "biography names the place", "biography does not name it"]
-    assert counts["all"][0] == f"{people - 1} ({(people - 1) / people:.1%})"
-    london = sum(place == "London" for _, place in held_out)
-    assert counts["all"][2] == f"{london} ({london / people:.1%})"
+    assert [row[0] for row in rows[2:]] == [
+        f"all ({people})",
+        f"biography names the place ({people - 1})",
+        "biography does not name it (1)",
+    ]
+    counts = [[int(cell.split(" ")[0]) for cell in row[1:]] for row in rows[2:]]
+    assert counts[0] == [a + b for a, b in zip(counts[1], counts[2])]
+    assert [counts[0][0], counts[1][0], counts[2][0]] == [people - 1, people - 2, 1]
+    assert [counts[0][2], counts[1][2], counts[2][2]] == [1, 0, 1]
