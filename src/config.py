@@ -260,23 +260,24 @@ HANDOUT = Recipe()
 RECIPES = {
     "handout": HANDOUT,
     # A CPU schedule (docs/cpu-recipe.md): a narrower model, small grouped batches and no dropout,
-    # decayed over its 420 epochs, then 20 epochs of examples shifted by 0..13 pads at a tenth of
-    # the peak rate. Its readout asks the pretrained model in the corpus's own words, zero-shot
-    # (frames.py, with 8 writers; its accuracy: docs/readout.md). --readout question finetunes on the handout's
-    # question instead, at lr 2e-4 with GPT-1's auxiliary loss λ 0.5 (docs/extraction.md).
+    # decayed over its 650 epochs (what two hours on 2 cores hold: docs/readout.md), then 20 epochs
+    # of examples shifted by 0..13 pads at a tenth of the peak rate. Its readout asks the pretrained
+    # model in the corpus's own words, zero-shot (frames.py, with 8 writers; its accuracy:
+    # docs/readout.md). --readout question finetunes on the handout's question instead, at lr 2e-4
+    # with GPT-1's auxiliary loss λ 0.5 (docs/extraction.md).
     "cpu": dataclasses.replace(
         HANDOUT,
         n_head=4,
         n_embd=128,
         dropout=0.0,
-        pretrain_epochs=420,
+        pretrain_epochs=650,
         pretrain_batch_size=32,
         pretrain_lr=3e-3,
         pretrain_stages=(Stage(), Stage(epochs=20, lr=3e-4, max_shift=13, decay_epochs=20)),
         finetune_lr=2e-4,
         finetune_lm_weight=0.5,
         warmup_tokens=127 * 2937,  # one epoch of wiki.txt
-        decay_epochs=420,
+        decay_epochs=650,
         group_by_length=True,
         readout="frames",
         readout_frames=8,  # under the learned choice, more writers answer more (docs/readout.md)
