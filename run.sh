@@ -6,7 +6,7 @@
 #
 #   ./run.sh                      the handout's settings with a CUDA GPU (budgeted at two GPU-hours per pretraining);
 #                                 without one, the cpu recipe (650 epochs of a 128-wide model at
-#                                 batch 32, then 20 on shifted examples: about 105 minutes per
+#                                 batch 32, then 20 on shifted examples: about 110 minutes per
 #                                 pretraining on 2 cores; docs/cpu-recipe.md), whose pretrained
 #                                 models are asked in the corpus's words, not finetuned (docs/readout.md)
 #   ./run.sh --pretrain_epochs 1 ...   any run.py flags, passed to every training and evaluation

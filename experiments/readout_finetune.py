@@ -12,10 +12,10 @@ The runs (RUNS): the `cpu` recipe's finetuning on the question (lr 2e-4, GPT-1's
 loss λ 0.5), at a tenth of its rate, and on the people whose birthplace the params complete
 from their biography only; low-rank adapters alone (rank 8, at the recipe's rate and at ten
 times it); all but the MLPs and the embeddings (frozen); the question rehearsed, beside as
-many span corruptions of the corpus (rehearsed); finetuning in the frames
-themselves (each person asked in every frame that comes right before a place in the
-biographies, trained on the place and the comma after it), at both rates; and learning
-only where a place ends (the comma alone).
+many span corruptions of the corpus (rehearsed); finetuning in the frames themselves (each
+person asked in every frame that comes right before a place in the biographies, trained on
+the place and the comma after it), at both rates; and learning only where a place ends
+(the comma alone).
 """
 
 import dataclasses
