@@ -193,24 +193,24 @@ def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256)
     """
     log P(continuation | prompt) for each pair, in batches of rows padded at their end
     (the model is causal: what follows a row's text does not change its log-probabilities).
+    The rows are batched in order of length, so that little of a batch is padding.
     """
+    rows = [([corpus.stoi[c] for c in p], [corpus.stoi[c] for c in t]) for p, t in zip(prompts, continuations)]
+    fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
+    by_length = sorted((i for i, fit in enumerate(fits) if fit), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
+    scores = [-math.inf] * len(rows)
     with eval_mode(model):
-        scores = []
-        for start in range(0, len(prompts), batch_size):
-            batch = zip(prompts[start : start + batch_size], continuations[start : start + batch_size])
-            rows = [
-                ([corpus.stoi[c] for c in prompt_text], [corpus.stoi[c] for c in text]) for prompt_text, text in batch
-            ]
-            fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
-            length = max(len(p) + len(c) for (p, c), fit in zip(rows, fits) if fit) if any(fits) else 2
-            x = padded_ids([p + c if fit else [] for (p, c), fit in zip(rows, fits)], length)
-            wanted = torch.zeros(len(rows), length, dtype=torch.bool)
-            for row, ((p, c), fit) in enumerate(zip(rows, fits)):
-                wanted[row, len(p) - 1 : len(p) + len(c) - 1] = fit
+        for start in range(0, len(by_length), batch_size):
+            batch = [rows[i] for i in by_length[start : start + batch_size]]
+            x = padded_ids([p + c for p, c in batch])
+            wanted = torch.zeros(x.shape, dtype=torch.bool)
+            for row, (p, c) in enumerate(batch):
+                wanted[row, len(p) - 1 : len(p) + len(c) - 1] = True
             logits, _ = model(x[:, :-1].to(device))
             logprobs = logits.float().log_softmax(-1).gather(2, x[:, 1:, None].to(device))[:, :, 0]
             summed = (logprobs * wanted[:, :-1].to(device)).sum(1).tolist()
-            scores += [score if fit else -math.inf for score, fit in zip(summed, fits)]
+            for i, score in zip(by_length[start : start + batch_size], summed):
+                scores[i] = score
     return scores
 
 
