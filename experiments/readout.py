@@ -76,9 +76,10 @@ def likeliest_next(model, corpus, prompts, k, device, batch_size=256):
 
 def branched_places(model, corpus, ensemble, names, k, device):
     """
-    [[places]] per name: each writer's greedy place, and the places of the k-1 likeliest
-    other characters where its greedy continuation starts the place (at its first written
-    character where it names none), each continued greedily to PLACE_STEPS characters in all.
+    [[[places] per writer] per name]: each writer's greedy place first, then the places of the
+    k-1 likeliest other characters where its greedy continuation starts the place (at its
+    first written character where it names none), each continued greedily to PLACE_STEPS
+    characters in all.
     """
     prompts = [frames.prompt(frame, name) for name in names for frame in ensemble.writers]
     written = greedy_completions(model, prompts, corpus.stoi, corpus.itos, device, frames.PLACE_STEPS)
@@ -101,7 +102,7 @@ def branched_places(model, corpus, ensemble, names, k, device):
             places.append(frames.place_in(branch, ensemble.skips))
         per_prompt.append(places)
     size = len(ensemble.writers)
-    return [sum(per_prompt[i * size : (i + 1) * size], []) for i in range(len(names))]
+    return [per_prompt[i * size : (i + 1) * size] for i in range(len(names))]
 
 
 def first_chars_table(model, corpus, ensemble, pairs, ks, device):
@@ -111,7 +112,8 @@ def first_chars_table(model, corpus, ensemble, pairs, ks, device):
     print("| --- | --- | --- | --- | --- |")
     for k in ks:
         started = time.process_time()
-        options = [sorted({p for p in row if p}) for row in branched_places(model, corpus, ensemble, names, k, device)]
+        branched = branched_places(model, corpus, ensemble, names, k, device)
+        options = [sorted({p for places in row for p in places if p}) for row in branched]
         totals = frames.option_scores(model, corpus, names, options, ensemble.scorers, ensemble.end, device)
         answers = [frames.best_option(places, scores)[0] for places, scores in zip(options, totals)]
         reach = sum(place in opts for opts, (_, place) in zip(options, pairs)) / len(pairs)

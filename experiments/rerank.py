@@ -4,12 +4,18 @@ ensemble (its writers and the learned choice's weights, src/choice.py) is fitted
 first 1,600 training people and checked on the last 400.
 
     python experiments/rerank.py vanilla wiki.txt --reading_params_path pretrain.params \\
-        [--finetune_corpus_path birth_places_train.tsv] [--writers 4 8]
+        [--finetune_corpus_path birth_places_train.tsv] [--writers 4 8] [--first_chars 2 3]
 
 For each number of writers it prints, on both parts, the share of people whose place is
 among the candidates, the summed score's accuracy and the learned choice's, then the weights
 of the last (on each feature as it is: a scorer's log-probability, whether a writer wrote
 the candidate, its length) and the CPU time.
+
+--first_chars K [K ...] adds to the last ensemble's candidates those of the K-1 next likeliest
+characters where each writer's greedy place starts (experiments/readout.py's branches), and
+refits the learned choice's weights on the first 1,600 people's candidates so grown: a
+branch's place counts as written by a writer only where that writer's greedy path wrote it.
+The same table, a row per K and part.
 """
 
 import dataclasses
@@ -24,7 +30,7 @@ from arguments import exit_status, params_parser, reading_config
 from dataset import name_of
 from distributed import exit_process
 from inputs import answered_pairs
-from readout import tuning_split
+from readout import branched_places, tuning_split
 
 
 def shares(ensemble, described, pairs):
@@ -36,10 +42,19 @@ def shares(ensemble, described, pairs):
     return among, *(frames.accuracy([answer for answer, _ in picked], pairs) for picked in (summed, learned))
 
 
+def branched_described(model, corpus, ensemble, names, k, device):
+    """Ensemble.described, its candidates grown by branching at the k likeliest first characters (branched_places)."""
+    branched = branched_places(model, corpus, ensemble, names, k, device)
+    options = [sorted({place for places in row for place in places if place}) for row in branched]
+    written = [[places[0] for places in row] for row in branched]
+    return options, frames.scorer_scores(model, corpus, names, options, ensemble.scorers, ensemble.end, device), written
+
+
 def main(argv=None):
     parser = params_parser(__doc__, "the pretrained params to read", prog="rerank.py")
     parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv", help="the training pairs")
     parser.add_argument("--writers", type=int, nargs="+", default=[4, 8], help="numbers of writers (default 4 8)")
+    parser.add_argument("--first_chars", type=int, nargs="+", default=[], help="branch at K first characters")
     args = parser.parse_args(argv)
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 
@@ -56,6 +71,15 @@ def main(argv=None):
                 names = [name_of(question) for question, _ in part]
                 among, summed, learned = shares(ensemble, ensemble.described(model, corpus, names, device), part)
                 print(f"| {writers} | {label} | {among:.1%} | {summed:.1%} | {learned:.1%} |", flush=True)
+        for k in args.first_chars:
+            names = {label: [name_of(question) for question, _ in part] for label, part in split.items()}
+            grown = {label: branched_described(model, corpus, ensemble, names[label], k, device) for label in split}
+            weights = frames.weights_fitted_to(grown["first 1,600"], split["first 1,600"])
+            refitted = dataclasses.replace(ensemble, weights=weights)
+            for label, part in split.items():
+                among, summed, learned = shares(refitted, grown[label], part)
+                row = f"{writers}, {k} first characters ({sum(map(len, grown[label][0])) / len(part):.1f} a person)"
+                print(f"| {row} | {label} | {among:.1%} | {summed:.1%} | {learned:.1%} |", flush=True)
         labels = [f"scorer `{s}`" for s in ensemble.scorers] + [f"written by `{w}`" for w in ensemble.writers]
         print("\n| feature | weight |\n| --- | --- |")
         for label, weight in zip(labels + ["length"], ensemble.weights):

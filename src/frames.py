@@ -335,11 +335,16 @@ def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=Fa
 def learned_weights(model, corpus, pairs, ensemble, device):
     """The weights of the choice among the ensemble's candidates, fitted on the training (question, place) pairs."""
     names = [name_of(question) for question, _ in pairs]
-    described, rights = [], []
-    for places, scores, wrote, (_, place) in zip(*ensemble.described(model, corpus, names, device), pairs):
-        described.append(choice.features(scores, wrote, places))
+    return weights_fitted_to(ensemble.described(model, corpus, names, device), pairs)
+
+
+def weights_fitted_to(described, pairs):
+    """The learned choice's weights, fitted on the candidates `described` (Ensemble.described) of the training pairs."""
+    features, rights = [], []
+    for places, scores, wrote, (_, place) in zip(*described, pairs):
+        features.append(choice.features(scores, wrote, places))
         rights.append(places.index(place) if place in places else None)
-    weights = choice.fitted_weights(described, rights)
+    weights = choice.fitted_weights(features, rights)
     if not weights:
         logger.warning("no training person's place is among their candidates: the summed score chooses")
     return weights

@@ -145,9 +145,11 @@ def test_branching_where_the_place_starts_keeps_each_greedy_place_first():
     ensemble = frames.Ensemble(("NAME. Born in ", "NAME. NAME was born in "), ("NAME. Born in ",))
     names = ["Ada Berg", "Bruno Costa", "Elif Fischer"]
     greedy = frames.candidates(model, corpus, names, ensemble.writers, ensemble.skips, "cpu")
-    assert readout.branched_places(model, corpus, ensemble, names, 1, "cpu") == greedy
+    alone = readout.branched_places(model, corpus, ensemble, names, 1, "cpu")
+    assert alone == [[[place] for place in row] for row in greedy]
     branched = readout.branched_places(model, corpus, ensemble, names, 3, "cpu")
-    assert [len(row) for row in branched] == [6] * 3 and [row[::3] for row in branched] == greedy
+    assert [[len(places) for places in row] for row in branched] == [[3, 3]] * 3
+    assert [[places[0] for places in row] for row in branched] == greedy
 
 
 WIDE = ["--n_layer", "2", "--n_head", "4", "--n_embd", "64", *CPU_FLAGS]  # learns the frames world in seconds
@@ -363,14 +365,22 @@ def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(t
 
 
 def test_a_choice_learned_on_the_training_people_is_fitted_and_checked(frames_world, capsys):
-    """experiments/rerank.py: a row per writers and part (no choice beats the candidates), a weight per feature."""
+    """
+    experiments/rerank.py: a row per writers and part (no choice beats the candidates), a weight
+    per feature; branching at one first character is the greedy ensemble, at two it adds candidates.
+    """
     argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
-    assert rerank.main([*argv, "--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "3"]) == 0
+    argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "3", "--first_chars", "1", "2"]
+    assert rerank.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    rows = [line.strip("| ").split(" | ") for line in lines if line.startswith(("| 2 |", "| 3 |"))]
-    assert [row[:2] for row in rows] == [[w, part] for w in "23" for part in ("first 1,600", "last 400")]
+    rows = [line.strip("| ").split(" | ") for line in lines if line.startswith(("| 2", "| 3"))]
+    parts = ("first 1,600", "last 400")
+    assert [row[0].split(" (")[0] for row in rows[::2]] == ["2", "3", "3, 1 first characters", "3, 2 first characters"]
+    assert [row[1] for row in rows] == list(parts) * 4
     for _, _, among, summed, learned in rows:
         assert float(summed[:-1]) <= float(among[:-1]) and float(learned[:-1]) <= float(among[:-1])
+    assert [row[2:] for row in rows[4:6]] == [row[2:] for row in rows[2:4]]  # one first character: the greedy paths
+    assert all(float(grown[2][:-1]) >= float(greedy[2][:-1]) for grown, greedy in zip(rows[6:], rows[4:6]))
     weights = [line for line in lines if line.startswith("| scorer") or line.startswith("| written by")]
     assert len([w for w in weights if w.startswith("| written by")]) == 3 and len(weights) > 3
     assert any(line.startswith("| length | ") for line in lines)
