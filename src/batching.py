@@ -45,17 +45,17 @@ def to_device(device, t):
 
 class EpochBatches:
     """
-    The global batches (x, y) of an epoch, in an order fixed by the epoch's seed, drawn a whole
-    epoch at a time: one (N, T) tensor of its examples, copied to the training device once where
-    the batches have one width (each batch a slice of it there), or kept on the host for batches
-    cut after their last target (their passes are planned from their lengths). The examples
-    come from a DataLoader (or, with corrupt_by_epoch, all at once from the dataset's
-    corrupt_all; with workers, each example drawn with its own seed: EpochKeys, and the next
-    epoch drawn while this one trains), in chunks of one batch, or of LENGTH_GROUPING_POOL
-    batches with group_by_length; bucket_rows then cuts each batch after its last real target
-    (full_padding leaves the batches at the block size, as the course's are; fixed_shapes, or a
-    captured step, too, and pads the epoch's short last batch with rows without targets, so
-    that every batch has one shape).
+    The global batches (x, y) of an epoch, in an order fixed by the epoch's seed.
+
+    A whole epoch is drawn at once into one (N, T) tensor, from a DataLoader (with workers,
+    each example with its own seed, and the next epoch drawn while this one trains) or from
+    the dataset's corrupt_all (corrupt_by_epoch). With group_by_length, pools of
+    LENGTH_GROUPING_POOL batches are split into batches of similar length (bucket_rows);
+    the same examples share a batch whatever the batches' width. By default each batch is
+    cut after its last real target and stays on the host, where its passes are planned.
+    full_padding keeps the rows at the block size, as the course's are; fixed_shapes (and a
+    captured step) also grows the short last batch with rows of pads, so that every batch
+    has one shape. Batches of one width are copied to the device once an epoch, as slices.
     """
 
     def __init__(self, dataset, config, device=None):
@@ -63,7 +63,9 @@ class EpochBatches:
         self.generator = torch.Generator()
         self.fixed = config.fixed_shapes or way_for(config, self.device) != "off"  # a captured step replays one shape
         self.cut = not (config.full_padding or self.fixed)  # rows cut after their last real target
-        pool = LENGTH_GROUPING_POOL if config.group_by_length and self.cut else 1
+        # grouping decides which examples share a batch, whatever the batches' width
+        self.bucketed = self.cut or config.group_by_length
+        pool = LENGTH_GROUPING_POOL if config.group_by_length else 1
         self.chunk_size = config.batch_size * pool
         self.loader, self.keys, self.ahead = None, None, None
         if config.corrupt_by_epoch:
@@ -118,12 +120,15 @@ class EpochBatches:
             chunks = zip(x.split(self.chunk_size), y.split(self.chunk_size))
         xs, ys, batches, size = [], [], [], self.config.batch_size
         for x, y in chunks:  # each pool bucketed as it comes, the generator drawn in a plain loop's order
-            if self.cut:
+            if self.bucketed:
                 offset = sum(map(len, ys))
                 batches += [(rows + offset, n) for rows, n in bucket_rows(real_lengths(y), size, self.generator)]
             xs.append(x)
             ys.append(y)
         x, y = torch.cat(xs), torch.cat(ys)
+        if self.bucketed and not self.cut:  # grouped rows at full width: reordered so that each batch is a slice
+            order = torch.cat([rows for rows, _ in batches])
+            x, y = x[order], y[order]
         if self.fixed:
             x, y = padded_rows(x, y, len(self) * size)
         if not self.cut:

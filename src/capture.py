@@ -1,16 +1,21 @@
 """
 One training step captured once and replayed (Recipe.captured_step): the forward, the backward,
 the clipping and the fused AdamW of a batch of one shape (as fixed_shapes gives), launched as one CUDA
-graph instead of hundreds of kernels from the host. "cuda_graph" captures it with PyTorch's
-torch.cuda.graph; "compiled" with torch.compile(mode="reduce-overhead") (its graphs, and the
-compile time). "auto", the default, is a CUDA graph on one CUDA process (the fastest way there:
-docs/speed.md) and off elsewhere. Off CUDA, or over several ranks, the step runs as it is, uncaptured.
+graph instead of hundreds of kernels from the host. The ways:
+- "cuda_graph": PyTorch's torch.cuda.graph of the eager kernels;
+- "compiled": torch.compile(mode="reduce-overhead"), inductor's kernels in its own CUDA graphs;
+- "fused_graph": inductor's fused kernels (torch.compile without its CUDA graphs) captured in
+  one torch.cuda.graph, so that a replay is one launch of fused kernels;
+- "auto", the default: "cuda_graph" on one CUDA process (the fastest way measured there:
+  docs/speed.md), off elsewhere.
+Off CUDA, or over several ranks, the step runs uncaptured ("fused_graph" still compiled).
 
 What capture needs of the step, and the trainer gives it: nothing read back to the host
-(the loss and the non-finite check stay on the device), the learning rate in a tensor the
-optimizer reads (lr_tensor; the scheduler writes it in place), AdamW's capturable state,
-dropout from the default CUDA generator (torch.cuda.graph registers it: each replay draws anew),
-and the optimizer's state made by eager warm-up steps before the capture.
+(the loss and the non-finite check stay on the device, and fp16's GradScaler leaves skipping
+a step to the fused AdamW), the learning rate in a tensor the optimizer reads (lr_tensor; the
+scheduler writes it in place), AdamW's capturable state, dropout from the default CUDA
+generator (torch.cuda.graph registers it: each replay draws anew), and the optimizer's state
+made by eager warm-up steps before the capture.
 """
 
 import logging
@@ -27,7 +32,8 @@ WARMUP_STEPS = 3  # eager steps, on a side stream, before the capture (PyTorch's
 def way_for(config, device):
     """
     The way config.captured_step asks for on this device. "auto": a CUDA graph on one CUDA
-    process, unless the step cannot be captured there (fp16's GradScaler, a --compile'd model); off elsewhere.
+    process, unless the model is --compile'd or the step is fp16's, whose capture is not yet
+    measured on a GPU; off elsewhere.
     """
     if config.captured_step != "auto":
         return config.captured_step
@@ -56,6 +62,8 @@ def captured(step, way, device, world_size):
     """`step(x, y) -> loss` replayed as `way` says ("off", "cuda_graph", "compiled"), or as it is where it cannot be."""
     if way == "off":
         return step
+    if way == "fused_graph":  # the graph's kernels: inductor's, compiled at the first warm-up step
+        step = torch.compile(step)
     if device.type != "cuda" or world_size > 1:
         logger.warning("captured_step %s needs CUDA and one process: the step runs uncaptured", way)
         return step
@@ -73,11 +81,13 @@ class CudaGraphStep:
 
     def __init__(self, step):
         self.step, self.warmup, self.graph = step, WARMUP_STEPS, None
+        self.side = None  # the warm-up steps' stream: one, so that its cached blocks serve every warm-up step
 
     def __call__(self, x, y):
         if self.graph is None and self.warmup:
             self.warmup -= 1
-            return self.on_side_stream(self.step, x, y)
+            self.side = self.side or torch.cuda.Stream()
+            return self.on_side_stream(self.side, self.step, x, y)
         if self.graph is None:
             self.x, self.y, self.graph = x.clone(), y.clone(), torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):  # a data thread may run
@@ -89,8 +99,7 @@ class CudaGraphStep:
         return self.loss
 
     @staticmethod
-    def on_side_stream(step, x, y):
-        side = torch.cuda.Stream()
+    def on_side_stream(side, step, x, y):
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             loss = step(x, y)

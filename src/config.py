@@ -145,7 +145,7 @@ class Recipe:
     full_padding: bool = False  # train on rows padded to the block size, not cut after their last target (speed)
     fixed_shapes: bool = False  # every batch one shape (CUDA graphs): full width, a short one grown with rows of pads
     compile: bool = False  # torch.compile the model for training (speed)
-    captured_step: str = choice("auto", "off", "cuda_graph", "compiled")  # a step replayed on CUDA (capture.py)
+    captured_step: str = choice("auto", "off", "cuda_graph", "compiled", "fused_graph")  # a step replayed on CUDA
     sequential_decoding: bool = False  # evaluate one question at a time without a KV cache (speed)
     readout: str = choice("question", "frames", reading=True)  # how evaluate asks: the question, or in mined frames
     readout_frames: int = reading_only(4)  # frames readout: how many frames write candidate places
@@ -163,8 +163,6 @@ class Recipe:
                 raise RunError(f"{name} must be below 1, got {getattr(self, name)}")
         if not self.pretrain_stages:
             raise RunError("pretrain_stages must hold at least one stage")
-        if self.captured_step in ("cuda_graph", "compiled") and self.precision == "fp16":
-            raise RunError("captured_step cannot go with --precision fp16: its GradScaler reads back every step")
         if self.clause_dropout and self.corrupt_by_epoch:
             raise RunError("clause_dropout draws a view per example: it cannot go with corrupt_by_epoch")
         for number, stage in enumerate(self.stages(), 1):

@@ -154,3 +154,28 @@ def test_fixed_shapes_give_every_batch_one_shape_and_the_full_padding_rows(tiny_
         n = len(py)
         assert torch.equal(x[:n], px) and torch.equal(y[:n], py)
         assert not x[n:].any() and not y[n:].any()
+
+
+@pytest.mark.parametrize("corrupt_by_epoch", [False, True])
+def test_fixed_shapes_group_by_length_as_the_cut_batches_do(tiny_world, corrupt_by_epoch):
+    """
+    With group_by_length, fixed shapes (CUDA's captured step) put the same examples in each
+    batch as the CPU's cut batches, in the same order, at full width; the short last batch is
+    grown with rows of pads.
+    """
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        corpus = CharCorruptionDataset(f.read(), 64)
+    settings = dict(batch_size=16, num_workers=0, group_by_length=True, corrupt_by_epoch=corrupt_by_epoch)
+    random.seed(0)
+    cut = list(EpochBatches(corpus, TrainerConfig(**settings)).epoch(3))
+    random.seed(0)
+    fixed = list(EpochBatches(corpus, TrainerConfig(fixed_shapes=True, **settings)).epoch(3))
+    random.seed(0)
+    ungrouped = list(EpochBatches(corpus, TrainerConfig(**{**settings, "group_by_length": False})).epoch(3))
+    assert len(corpus) % 16 and len(fixed) == len(cut) == len(ungrouped)  # the last batch is short
+    assert {tuple(x.shape) for x, _ in fixed} == {(16, 63)}
+    for (x, y), (cx, cy) in zip(fixed, cut):
+        n, width = cy.shape
+        assert torch.equal(x[:n, :width], cx) and torch.equal(y[:n, :width], cy)
+        assert not x[n:].any() and not y[n:].any() and not y[:, width:].any()
+    assert any(not torch.equal(cy, uy) for (_, cy), (_, uy) in zip(cut, ungrouped))  # grouping changes the batches

@@ -16,7 +16,6 @@ import checkpoint
 from capture import way_for
 from config import Recipe
 from dataset import CharCorruptionDataset
-from errors import RunError
 from model import GPT, VARIANTS, variant_config
 from trainer import Trainer, TrainerConfig
 
@@ -89,6 +88,25 @@ def test_the_step_compiles_once_while_the_learning_rate_moves(corpus, captured_s
     assert torch.equal(params_of(trainer), params_of(eager))
 
 
+def test_the_fused_graphs_step_compiles_once_and_trains_as_the_eager_one(corpus):
+    """
+    captured_step "fused_graph" compiles the step with inductor (on CUDA, then captured in one
+    graph): off CUDA it runs compiled, once for every rate the schedule moves through, its
+    losses within 1e-3 of the eager step's.
+    """
+    eager = trainer_of(corpus, dropout=0.0, epochs=2, fixed_shapes=True, captured_step="off")
+    eager.train()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    fused = trainer_of(corpus, dropout=0.0, epochs=2, captured_step="fused_graph")
+    fused.train()
+    rates = {float(g["lr"]) for g in fused.optimizer.param_groups}
+    assert fused.step > 10 and rates != {3e-3}
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0
+    assert not torch._dynamo.utils.counters["recompiles"], dict(torch._dynamo.utils.counters["recompiles"])
+    assert fused.epoch_losses == pytest.approx(eager.epoch_losses, rel=1e-3)
+
+
 def test_the_default_captures_the_step_on_one_cuda_process_alone(corpus, monkeypatch):
     """captured_step "auto": a CUDA graph on one CUDA process where the step can be captured, else the plain step."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
@@ -105,29 +123,52 @@ def test_the_default_captures_the_step_on_one_cuda_process_alone(corpus, monkeyp
     assert way_for(TrainerConfig(), cuda) == "off", "torchrun's ranks step uncaptured"
 
 
-def test_a_captured_step_has_batches_of_one_shape_and_no_fp16(corpus):
-    with pytest.raises(RunError, match="captured_step cannot go with --precision fp16"):
-        Recipe(captured_step="cuda_graph", precision="fp16")
+def test_a_captured_step_has_batches_of_one_shape(corpus):
+    assert Recipe(captured_step="cuda_graph", precision="fp16").precision == "fp16", "fp16 is captured when asked"
     trainer = trainer_of(corpus, captured_step="cuda_graph")
     shapes = {tuple(x.shape) for x, _ in trainer.batches.epoch(0)}
     assert len(corpus) % 8 and shapes == {(8, 63)}, "the short last batch grown to the batch size, at full width"
 
 
+def streams_made(monkeypatch):
+    """The CUDA streams made from now on, in a list that torch.cuda.Stream fills."""
+    made, stream = [], torch.cuda.Stream
+
+    def counted(*args, **kwargs):
+        made.append(stream(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(torch.cuda, "Stream", counted)
+    return made
+
+
+CAPTURED_WAYS = [("auto", variant, "fp32") for variant in VARIANTS] + [
+    ("compiled", "vanilla", "fp32"),
+    ("fused_graph", "vanilla", "fp32"),
+    ("cuda_graph", "vanilla", "fp16"),
+]
+
+
 @cuda_only
-@pytest.mark.parametrize("way, variant", [("auto", variant) for variant in VARIANTS] + [("compiled", "vanilla")])
-def test_the_captured_step_trains_as_the_eager_one(corpus, way, variant):
+@pytest.mark.parametrize("way, variant, precision", CAPTURED_WAYS)
+def test_the_captured_step_trains_as_the_eager_one(corpus, way, variant, precision, monkeypatch):
     """
     Without dropout (whose draws a graph makes anew): the replayed CUDA graph (the default on
-    CUDA) trains as eager steps do, bit for bit, for every variant; the compiled step (inductor's kernels) within 1e-3.
+    CUDA) trains as eager steps do, bit for bit, for every variant and for fp16 with its
+    GradScaler; its warm-up steps share one side stream. The compiled steps (inductor's
+    kernels) train within 1e-3 of the eager one.
     """
-    eager = trainer_of(corpus, "cuda", dropout=0.0, variant=variant, fixed_shapes=True, captured_step="off")
+    settings = dict(dropout=0.0, variant=variant, precision=precision)
+    eager = trainer_of(corpus, "cuda", fixed_shapes=True, captured_step="off", **settings)
     eager.train()
-    captured = trainer_of(corpus, "cuda", dropout=0.0, variant=variant, captured_step=way)
+    streams = streams_made(monkeypatch)
+    captured = trainer_of(corpus, "cuda", captured_step=way, **settings)
     captured.train()
-    if way == "compiled":
+    if way in ("compiled", "fused_graph"):
         assert captured.epoch_losses == pytest.approx(eager.epoch_losses, rel=1e-3)
         return
     assert captured.descend.graph is not None, "captured after its warm-up steps"
+    assert len([s for s in streams if s is not torch.cuda.graph.default_capture_stream]) == 1, "one side stream"
     assert captured.epoch_losses == eager.epoch_losses
     assert torch.equal(params_of(captured), params_of(eager))
 

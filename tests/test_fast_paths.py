@@ -248,3 +248,26 @@ def test_a_short_batch_grown_to_the_full_shape_keeps_loss_and_gradients(variant,
         fixed = step_loss_and_gradients(model, dataset, fx, fy, [(fx, fy)], fixed_shapes=True)
         cut = step_loss_and_gradients(model, dataset, x, y)
         assert_same_loss_and_gradients(model, fixed, cut)
+
+
+def test_an_epoch_of_the_cpu_recipe_trains_alike_with_fixed_shapes(tiny_world, tmp_path):
+    """
+    One epoch of the cpu recipe (length-grouped batches) with --fixed_shapes, CUDA's batches of
+    one shape, trains on the same batches as without: params within float noise, where
+    ungrouped batches of the same shape end far from them.
+    """
+    from conftest import TINY, run_main
+
+    def trained(name, *flags):
+        path = tmp_path / f"{name}.params"
+        args = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--recipe", "cpu", "--pretrain_epochs", "1"]
+        assert run_main(*args, "--pretrain_stages", "corpus", *TINY, *flags, "--writing_params_path", path) == 0
+        return torch.load(path, weights_only=True)
+
+    cut, fixed = trained("cut"), trained("fixed", "--fixed_shapes")
+    ungrouped = trained("ungrouped", "--fixed_shapes", "--no-group_by_length")
+
+    def mean_difference(state):
+        return sum(float((state[k] - cut[k]).abs().sum()) for k in cut) / sum(v.numel() for v in cut.values())
+
+    assert mean_difference(fixed) < 1e-6 and mean_difference(ungrouped) > 5e-5
