@@ -37,10 +37,11 @@ percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
   echo "${1##*: }"
 }
 
-recipe_value() {  # recipe_value EXPRESSION RUN.PY-FLAGS...: a Python expression of the `recipe` run.py makes
-  # of the flags (a tuple's items separated by spaces)
-  "$PY" -c 'import sys; sys.path.insert(0, "src"); from arguments import build_parser, parse
-recipe = parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[2:]], build_parser())[0].recipe
+recipe_value() {  # recipe_value EXPRESSION RUN.PY-FLAGS...: a Python expression of the `recipe` (and the whole
+  # `cfg`) run.py makes of the flags (a tuple's items separated by spaces); digest(*values) is a short hash of values
+  "$PY" -c 'import hashlib, sys; sys.path.insert(0, "src"); from arguments import build_parser, parse
+cfg = parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[2:]], build_parser())[0]
+recipe, digest = cfg.recipe, lambda *values: hashlib.sha256(repr(values).encode()).hexdigest()[:16]
 value = eval(sys.argv[1])
 print(*value if isinstance(value, tuple) else [value])' "$@"
 }
@@ -166,8 +167,11 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
   OVERRIDES=(--recipe cpu ${OVERRIDES[@]+"${OVERRIDES[@]}"})  # first, so that a --recipe among the overrides wins
 fi
 # The recipe's readout: "question" finetunes the pretrained models on the handout's question;
-# "frames" asks them in the corpus's own words, zero-shot (docs/readout.md).
-READOUT=$(recipe_value recipe.readout ${OVERRIDES[@]+"${OVERRIDES[@]}"})
+# "frames" asks them in the corpus's own words, zero-shot (docs/readout.md). And what the
+# overrides make of the settings that trainings read, and of all that evaluations read (the stamps' keys).
+SETTINGS=$(recipe_value '(recipe.readout, digest(recipe.training_settings(), cfg.seed, cfg.device),
+  digest(recipe, cfg.seed, cfg.device))' ${OVERRIDES[@]+"${OVERRIDES[@]}"})
+read -r READOUT TRAINING_SETTINGS READING_SETTINGS <<< "$SETTINGS"
 if [[ $READOUT == frames ]]; then
   echo "run.sh: --readout frames: the pretrained models are asked in the corpus's words, not finetuned (docs/readout.md)" >&2
 fi
@@ -183,27 +187,78 @@ if (( JOBS > 1 )); then
   fi
 fi
 LOGS=logs
+STAMPS=$LOGS/stamps  # OUTPUT.key: the settings OUTPUT was written with, and its digest; OUTPUT.out: what it printed
 
 run_py() {  # (the ${a[@]+...} form keeps empty arrays working under set -u in bash 3, as on macOS)
   run_echoed "$PY" src/run.py "$@" ${JOB_FLAGS[@]+"${JOB_FLAGS[@]}"} ${OVERRIDES[@]+"${OVERRIDES[@]}"}
 }
 
+digest() {  # the SHA-256 of standard input
+  if command -v sha256sum > /dev/null; then sha256sum; else shasum -a 256; fi | cut -c1-64
+}
+
+settings_key() {  # settings_key RUN.PY-ARGS...: the command (less the overrides), what the overrides make of the
+  # settings it reads, and the content of every file it reads (here or in data/)
+  local arg previous="" path settings=$READING_SETTINGS
+  [[ $1 == evaluate ]] || settings=$TRAINING_SETTINGS
+  {
+    echo "$settings"
+    printf '%s\n' "$@"
+    for arg in "$@"; do
+      case $previous in --writing_params_path | --outputs_path) previous=$arg; continue ;; esac
+      previous=$arg
+      for path in "$arg" "data/$arg"; do
+        if [[ -f $path ]]; then digest < "$path"; break; fi
+      done
+    done
+  } | digest
+}
+
+# once NAME OUTPUT RUN.PY-ARGS...: run.py to write OUTPUT, unless its stamp says that this command wrote it
+# with the same settings and inputs: then what it printed is printed again. A training cut short by a
+# stop goes on from its checkpoint (--resume) when it was started with the same settings. With CHECK=1,
+# nothing runs: MISSING=1 says that something would.
+once() {
+  local name=$1 output=$2 key
+  shift 2
+  local stamp=$STAMPS/$output
+  key=$(settings_key "$@")
+  if [[ -f $output && -f $stamp.key && -f $stamp.out && $(cat "$stamp.key") == "$key $(digest < "$output")" ]]; then
+    (( CHECK )) || echo "== $name: kept $output, written earlier with the same settings" >&2
+    cat "$stamp.out"
+    return
+  fi
+  MISSING=1
+  (( CHECK )) && return
+  local resume=()
+  if [[ $1 != evaluate && -f $output.ckpt && -f $stamp.started && $(cat "$stamp.started") == "$key" ]]; then
+    resume=(--resume)
+  fi
+  mkdir -p "$(dirname "$stamp")"
+  rm -f "$stamp.key"
+  echo "$key" > "$stamp.started"
+  step "$name" run_py "$@" ${resume[@]+"${resume[@]}"} | tee "$stamp.out.part"
+  mv "$stamp.out.part" "$stamp.out"
+  echo "$key $(digest < "$output")" > "$stamp.key"
+  rm -f "$stamp.started"
+}
+
 evaluate() {  # evaluate NAME VARIANT PARAMS PREFIX [FLAGS...]: dev and test predictions, the dev score in logs/
   local name=$1 variant=$2 params=$3 prefix=$4
   shift 4
-  local out
   # the training pairs are where --readout frames mines its frames (the handout's question ignores them)
   set -- "$@" --finetune_corpus_path birth_places_train.tsv
-  out=$(step "$name: dev" run_py evaluate "$variant" wiki.txt "$@" --reading_params_path "$params" \
-        --eval_corpus_path birth_dev.tsv --outputs_path "$prefix.dev.predictions")
-  echo "$out"
-  echo "${out#Correct: }" > "$LOGS/$prefix.dev.score"
-  step "$name: test" run_py evaluate "$variant" wiki.txt "$@" --reading_params_path "$params" \
+  once "$name: dev" "$prefix.dev.predictions" evaluate "$variant" wiki.txt "$@" --reading_params_path "$params" \
+    --eval_corpus_path birth_dev.tsv --outputs_path "$prefix.dev.predictions"
+  if (( ! CHECK || ! MISSING )); then  # checking a row: only where all of it so far is kept
+    sed -n 's/^Correct: //p' "$STAMPS/$prefix.dev.predictions.out" > "$LOGS/$prefix.dev.score"
+  fi
+  once "$name: test" "$prefix.test.predictions" evaluate "$variant" wiki.txt "$@" --reading_params_path "$params" \
     --eval_corpus_path birth_test_inputs.tsv --outputs_path "$prefix.test.predictions"
 }
 
 without_pretraining() {  # finetuned on the question from scratch, so asked the question whatever the readout
-  step "vanilla without pretraining" run_py finetune vanilla wiki.txt \
+  once "vanilla without pretraining" vanilla.model.params finetune vanilla wiki.txt \
     --writing_params_path vanilla.model.params --finetune_corpus_path birth_places_train.tsv
   evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain --readout question
 }
@@ -212,16 +267,23 @@ BOTTLENECK=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import
 with_pretraining() {  # with_pretraining VARIANT
   local variant=$1 flags=()
   [[ $variant == perceiver ]] && flags=(--bottleneck_dim "$BOTTLENECK")
-  step "$variant pretraining" run_py pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
+  once "$variant pretraining" "$variant.pretrain.params" pretrain "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
     --writing_params_path "$variant.pretrain.params"
   local read=$variant.pretrain.params
   if [[ $READOUT == question ]]; then
     read=$variant.finetune.params
-    step "$variant finetuning" run_py finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
+    once "$variant finetuning" "$read" finetune "$variant" wiki.txt ${flags[@]+"${flags[@]}"} \
       --reading_params_path "$variant.pretrain.params" --writing_params_path "$read" \
       --finetune_corpus_path birth_places_train.tsv
   fi
   evaluate "$variant with pretraining" "$variant" "$read" "$variant.pretrain" ${flags[@]+"${flags[@]}"}
+}
+
+done_before() {  # done_before COMMAND: whether every output of a row's command was written earlier with the same settings
+  CHECK=1 MISSING=0
+  $1 > /dev/null
+  CHECK=0
+  (( ! MISSING ))
 }
 
 # The trainings, as "row name|predictions prefix|command"; the table's rows come in this order.
@@ -240,25 +302,30 @@ london=$(step "London baseline" run_echoed "$PY" src/london_baseline.py birth_de
 echo "$london"
 echo "$london" > london_baseline_accuracy.txt
 
-FAILED=()
-if (( JOBS == 1 )); then
-  for training in "${TRAININGS[@]}"; do
-    IFS="|" read -r _ _ command <<< "$training"
+# A row whose params and predictions were all written with these settings (a run stopped and run
+# again) is skipped; the others run, a training cut short going on from its checkpoint.
+FAILED=() CHECK=0 MISSING=0 PIDS=()
+(( JOBS == 1 )) || echo "== the trainings, $JOBS at a time, $OMP_NUM_THREADS thread(s) each; their logs in $LOGS/" >&2
+for training in "${TRAININGS[@]}"; do
+  IFS="|" read -r name prefix command <<< "$training"
+  if done_before "$command"; then
+    echo "== $name: skipped: its params and predictions were written earlier with the same settings" >&2
+    PIDS+=("")
+  elif (( JOBS == 1 )); then
     $command
-  done
-else
-  echo "== the trainings, $JOBS at a time, $OMP_NUM_THREADS thread(s) each; their logs in $LOGS/" >&2
-  PIDS=()
-  for training in "${TRAININGS[@]}"; do
-    IFS="|" read -r name prefix command <<< "$training"
+  else
     while (( $(jobs -pr | wc -l) >= JOBS )); do sleep 1; done
     echo "== started: $name ($LOGS/$prefix.log)" >&2
-    $command > "$LOGS/$prefix.log" 2>&1 &
+    $command >> "$LOGS/$prefix.log" 2>&1 &
     PIDS+=($!)
-  done
+  fi
+done
+if (( JOBS > 1 )); then
   for i in "${!TRAININGS[@]}"; do
     IFS="|" read -r name prefix _ <<< "${TRAININGS[$i]}"
-    if wait "${PIDS[$i]}"; then
+    if [[ -z ${PIDS[$i]} ]]; then
+      continue
+    elif wait "${PIDS[$i]}"; then
       echo "== finished: $name" >&2
     else
       echo "run.sh: $name failed: see $LOGS/$prefix.log" >&2

@@ -5,9 +5,11 @@ import dataclasses
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 
 import pytest
@@ -646,19 +648,37 @@ def assignment_copy(folder):
     return folder
 
 
-def run_sh(folder, *args, **env):
+def run_sh_command(*args, **env):
     """run.sh's smoke run (one epoch a stage, the small model) on a machine without CUDA, one thread a training."""
     smoke = ["--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, *SMOKE_FINETUNING, *SMALL]
     environment = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", **env}
-    command = ["bash", "run.sh", *smoke, *args]
+    return ["bash", "run.sh", *smoke, *args], environment
+
+
+def run_sh(folder, *args, **env):
+    command, environment = run_sh_command(*args, **env)
     return run_process(command, timeout=600, cwd=folder, env=environment)
+
+
+def run_sh_killed(folder, path, **env):
+    """run.sh's smoke run killed with SIGKILL, as a dropped session kills it, as soon as `path` exists in the folder."""
+    command, environment = run_sh_command(**env)
+    with subprocess.Popen(command, cwd=folder, env=environment, start_new_session=True, **QUIET) as process:
+        while not (folder / path).exists():
+            assert process.poll() is None, f"run.sh ended before {path} was written"
+            time.sleep(0.02)
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+QUIET = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.mark.slow
 def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(tmp_path):
     """
     run.sh from a copy of the repository whose data are a small world, one training after
-    another (vanilla and rope: the assignment notebook's test runs all four variants), then --jobs.
+    another (vanilla and rope: the assignment notebook's test runs all four variants); then
+    killed and run again; then --jobs.
     """
     folder = assignment_copy(tmp_path / "sequential")
     done = run_sh(folder, VARIANTS="vanilla rope")
@@ -692,10 +712,26 @@ def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(t
     for prefix in ["vanilla.nopretrain", "vanilla.pretrain", "rope.pretrain"]:
         assert (folder / f"{prefix}.test.predictions").read_text(encoding="utf-8").count("\n") == 10
 
+    # Killed in vanilla's pretraining once it has a checkpoint, then run again: the first row is
+    # skipped, vanilla's pretraining goes on from its checkpoint, and the table's rows are the ones above.
+    sequential, folder = folder, assignment_copy(tmp_path / "killed")
+    run_sh_killed(folder, "vanilla.pretrain.params.ckpt", VARIANTS="vanilla")
+    done = run_sh(folder, VARIANTS="vanilla")
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stderr.splitlines()
+    assert said.count("== vanilla without pretraining: skipped: its params and predictions were written earlier "
+                      "with the same settings") == 1  # fmt: skip
+    commands = [line.split() for line in said if " src/run.py " in line]
+    assert [c[2] for c in commands] == ["pretrain", "evaluate", "evaluate"] and "--resume" in commands[0]
+    rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()
+    assert rows[:6] == (sequential / "results.md").read_text(encoding="utf-8").splitlines()[:6]
+    for name in ["vanilla.pretrain.dev.predictions", "vanilla.pretrain.test.predictions"]:
+        assert (folder / name).read_bytes() == (sequential / name).read_bytes(), name
+
     # --jobs 2, one thread a training, the pretrained models finetuned and asked the question: a
     # latent length the block cannot hold fails the perceiver's pretraining (vanilla has no use for
     # it), named in one line with its log; vanilla without pretraining is the sequential run's, bit for bit
-    sequential, folder = folder, assignment_copy(tmp_path / "jobs")
+    # (in the killed run's folder: its rows' settings differ, so they are trained again)
     done = run_sh(
         folder, "--jobs", "2", "--bottleneck_dim", "200", "--readout", "question", VARIANTS="vanilla perceiver"
     )
@@ -715,6 +751,7 @@ def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(t
     vanilla = (folder / "logs" / "vanilla.pretrain.log").read_text(encoding="utf-8")
     assert " src/run.py finetune vanilla " in vanilla and " src/run.py evaluate " in vanilla
     assert (folder / "vanilla.finetune.params").exists() and not (sequential / "vanilla.finetune.params").exists()
+    assert " src/run.py finetune vanilla " in (folder / "logs" / "vanilla.nopretrain.log").read_text(encoding="utf-8")
 
 
 VARIANT_NAMES = "(vanilla, perceiver, synthesizer, rope)"
