@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, in one run that ends within DEADLINE seconds (default 570),
-# with the assignment's four files in data/:
+# with the assignment's four files in data/ (on a loan: copied there and carried):
 #
 #   experiments/gpu_check.sh OUT
 #
 # The parts run one after another, alone on the machine, in this order (PARTS picks them); a
-# part that the deadline leaves no time for is skipped; the table, then the tests, take
-# whatever time is left:
+# part that the deadline leaves no time for is skipped. A loan's calls, in order:
+#   PARTS="variants cuda_tests"   the rows never run on a GPU, then the tests that need CUDA beside them
+#   PARTS="precisions"            vanilla's 650 epochs in fp32, bf16 and fp16
+#   PARTS="table fused" TABLE_FLAGS="--precision P"   the whole table, then the fused graph's pretraining
+# The parts:
+#   variants  VARIANTS="perceiver synthesizer rope" ./run.sh $TABLE_FLAGS (default --precision tf32), one
+#             after another (side by side was never measured faster on a GPU); with cuda_tests in PARTS,
+#             the tests run beside it
+#   precisions  the handout's vanilla (as in handout) with --precision fp32, bf16 and fp16, each
+#             captured (fp16 with --captured_step cuda_graph, which auto leaves off)
+#   table     ./run.sh $TABLE_FLAGS, the whole handout table, one row after another
+#   fused     vanilla's handout pretraining with --captured_step fused_graph $TABLE_FLAGS: its wall time
 #   paces     experiments/step_pace.py: vanilla's handout pretraining under each way of running the
 #             step (straightforward, cut batches, fixed shapes, captured by a CUDA graph, the
 #             default, and by torch.compile) in fp32, tf32 and bf16: steps/s, host and GPU
@@ -14,7 +24,7 @@
 #   handout   the handout's vanilla, whole processes with the fastest row's flags (FLAGS= to choose):
 #             the 650-epoch pretraining (its time; cut at its limit, the epoch it reached and its
 #             projected time), the handout's finetuning and dev score, and the frames readout of the
-#             same pretrained params
+#             same pretrained params (the learned choice)
 #   handout_fp32  the same with the fastest fp32 row's flags, when the fastest is not fp32
 #   profile   vanilla's handout pretraining, eager, batches cut and at full width: an epoch's
 #             batches drawn, 50 steps on batches in memory timed, then torch.profiler's table of 50 more
@@ -22,28 +32,30 @@
 #             fastest of 4 epochs each way)
 #   switches  vanilla's rows with --fixed_shapes, with --precision tf32, with --precision bf16, with --compile
 #   demo      ./run.sh demo
-#   table     ./run.sh --jobs 5 $TABLE_FLAGS (default --precision tf32), the handout table, cut at the
-#             deadline: each row's loss at the epoch reached and its projected time, and the dev
-#             accuracy of the rows that finish
 #   cuda_tests  tests/test_cuda.py and tests/test_capture.py alone (the tests that need CUDA, and their neighbours)
 #   suite     the whole suite with CUDA visible, tests/test_cuda.py included (each test named as it
 #             ends; the 25 slowest listed)
-# Each part has a time limit; OUT/summary.md gathers what each printed that matters, as it
-# goes, and is printed last; OUT/logs.tar holds every part's whole log.
+# What comes back is what is under OUT as soon as it exists: OUT/summary.md gathers what each part
+# printed that matters, as it goes; a table's logs/ is OUT/<part>_logs, so each finished row's dev
+# score (<row>.dev.score) and what its commands printed (stamps/*.out) are there once written;
+# OUT/gpu_samples.csv has the GPU's memory and utilisation every second; OUT/logs.tar every part's log.
 # A part cut at its limit gets SIGTERM; the suite SIGINT, so that pytest still lists its slowest tests.
+# RUN_FLAGS are added to every run.py and run.sh command: a rehearsal on the CPU gives the smoke flags
+# (--recipe handout --device cpu --pretrain_epochs 1 ... ; then nvidia-smi is missing and no samples are taken).
 # Measured on one H100 (2026-11-26 and 27): the suite with 16 workers needs more than 285 s
 # (2 workers on 2 CPU cores: 270 s); the benchmark about 60 s a variant; the demo more than
 # 75 s. On one H200 (2026-11-27, docs/speed.md) "paces handout handout_fp32" took a loan's
-# first call whole; so the default is now what that loan could not run, the table (vanilla's
-# pretraining alone took 122 s with --precision tf32) and the suite.
+# first call whole; vanilla's pretraining alone took 122 s with --precision tf32.
 set -uo pipefail
 OUT=${1:?usage: experiments/gpu_check.sh OUT}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-PARTS=${PARTS-table suite}
+PARTS=${PARTS-variants cuda_tests}
 TABLE_FLAGS=${TABLE_FLAGS---precision tf32}
+read -r -a RUN_FLAGS <<< "${RUN_FLAGS:-}"
+CUDA_TESTS=(-v --durations=10 -o addopts= tests/test_cuda.py tests/test_capture.py -p no:cacheprovider)
 DEADLINE=${DEADLINE:-570}
 SUMMARY=$OUT/summary.md
 LOGS=$(mktemp -d)
@@ -99,6 +111,36 @@ note '```'
 } >> "$SUMMARY" 2>&1
 note '```'
 
+if command -v nvidia-smi > /dev/null; then  # the GPU's memory and utilisation every second, until the end
+  nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv -l 1 \
+    > "$OUT/gpu_samples.csv" 2>&1 &
+  SAMPLER=$!
+  trap 'kill $SAMPLER 2> /dev/null' EXIT
+else
+  note "- no nvidia-smi: no GPU samples"
+fi
+
+table_run() {  # table_run NAME SECONDS [VARIANTS=...] RUN.SH-FLAGS...: run.sh in a work folder whose logs/ is OUT/NAME_logs
+  local name=$1 limit=$2 work=$LOGS/$1_work
+  shift 2
+  mkdir -p "$work" "$OUT/${name}_logs"
+  cp run.sh "$work"
+  ln -sfn "$PWD/src" "$work/src"
+  ln -sfn "$PWD/data" "$work/data"
+  ln -sfn "$OUT/${name}_logs" "$work/logs"
+  note; note "## \`$*\`${RUN_FLAGS[*]+ ${RUN_FLAGS[*]}}, one row after another, in $name"
+  (cd "$work" && timed "$name" "$limit" env PYTHON="$PY" "$@" ${RUN_FLAGS[@]+"${RUN_FLAGS[@]}"})
+  note '```'; tail_lines "$name" 12; note '```'
+  note; note "The rows that finished, and each training's last progress line:"; note '```'
+  for score in "$OUT/${name}_logs"/*.dev.score; do
+    [[ -f $score ]] && note "$(basename "$score" .dev.score): $(cat "$score")"
+  done
+  bar_lines "$LOGS/$name.log" | grep -E '^== |epoch [0-9]+/' | grep -B1 -E '^== ' | grep -v '^--' | tail -30 \
+    >> "$SUMMARY"
+  note '```'
+  cp "$work"/*.predictions "$OUT/${name}_logs/" 2> /dev/null
+}
+
 pace_rows() {  # pace_rows [PRECISION]: step_pace.py's rows (of that precision), the fastest projection first
   grep -E "^\| [a-z_]+ \| ${1:-[a-z0-9]+} \| [0-9]" "$LOGS/paces.log" 2> /dev/null | sort -t'|' -k8,8 -n
 }
@@ -112,7 +154,9 @@ handout_run() {  # handout_run NAME FLAGS...: vanilla's handout pretraining, fin
   shift
   mkdir -p "$w"
   note; note "## The handout's vanilla, whole processes: \`$*\`"
-  timed "${name}_pretrain" 240 "$PY" src/run.py pretrain vanilla data/wiki.txt "$@" --writing_params_path "$w/pre.params"
+  set -- "$@" ${RUN_FLAGS[@]+"${RUN_FLAGS[@]}"}
+  timed "${name}_pretrain" "${PRETRAIN_LIMIT:-240}" "$PY" src/run.py pretrain vanilla data/wiki.txt "$@" \
+    --writing_params_path "$w/pre.params"
   rc=$?
   note '```'; note "$(bar_lines "$LOGS/${name}_pretrain.log" | grep -E 'epoch [0-9]+/' | tail -1)"
   grep -E 'pretrained|seconds|minutes' "$LOGS/${name}_pretrain.log" | tail -3 >> "$SUMMARY"; note '```'
@@ -131,6 +175,41 @@ handout_run() {  # handout_run NAME FLAGS...: vanilla's handout pretraining, fin
   for part in dev frames; do note "$part: $(grep -E '^Correct' "$LOGS/${name}_$part.log" 2> /dev/null | tail -1)"; done
   note '```'
 }
+
+if [[ " $PARTS " == *" variants "* ]]; then
+  read -r -a table_flags <<< "$TABLE_FLAGS"
+  if [[ " $PARTS " == *" cuda_tests "* ]]; then  # beside the table (they take little of the GPU); noted below
+    timeout -s INT -k 10 300 "$PY" -m pytest "${CUDA_TESTS[@]}" > "$LOGS/cuda_tests.log" 2>&1 &
+    TESTS=$!
+  fi
+  table_run variants 540 VARIANTS="perceiver synthesizer rope" ./run.sh ${table_flags[@]+"${table_flags[@]}"}
+  if [[ -n ${TESTS-} ]]; then
+    wait "$TESTS"
+    note "- \`cuda_tests\` (beside the table): exit $?"
+    keep cuda_tests.log
+  fi
+fi
+
+if [[ " $PARTS " == *" precisions "* ]]; then
+  for precision in fp32 bf16 fp16; do
+    flags=(--precision "$precision")
+    [[ $precision == fp16 ]] && flags+=(--captured_step cuda_graph)  # auto leaves fp16 uncaptured
+    PRETRAIN_LIMIT=200 handout_run "handout_$precision" "${flags[@]}"
+  done
+fi
+
+if [[ " $PARTS " == *" table "* ]]; then
+  read -r -a table_flags <<< "$TABLE_FLAGS"
+  table_run table 480 ./run.sh ${table_flags[@]+"${table_flags[@]}"}
+fi
+
+if [[ " $PARTS " == *" fused "* ]]; then
+  read -r -a table_flags <<< "$TABLE_FLAGS"
+  note; note "## vanilla's handout pretraining with the fused graph: \`--captured_step fused_graph $TABLE_FLAGS\`"
+  timed fused 200 "$PY" src/run.py pretrain vanilla data/wiki.txt --captured_step fused_graph \
+    ${table_flags[@]+"${table_flags[@]}"} ${RUN_FLAGS[@]+"${RUN_FLAGS[@]}"} --writing_params_path "$LOGS/fused.params"
+  note '```'; note "$(bar_lines "$LOGS/fused.log" | grep -E 'epoch [0-9]+/' | tail -1)"; note '```'
+fi
 
 if [[ " $PARTS " == *" paces "* ]]; then
   note; note "## vanilla's handout pretraining under each way of running its step"
@@ -185,25 +264,9 @@ if [[ " $PARTS " == *" demo "* ]]; then
   note '```'; tail_lines demo 10; note '```'
 fi
 
-if [[ " $PARTS " == *" table "* ]]; then
-  note; note "## The handout table: ./run.sh --jobs 5 $TABLE_FLAGS, cut at the deadline"
-  rm -rf logs
-  read -r -a table_flags <<< "$TABLE_FLAGS"
-  timed table 600 ./run.sh --jobs 5 ${table_flags[@]+"${table_flags[@]}"}
-  note '```'; tail_lines table 12; note '```'
-  note; note "Each training's last progress line:"; note '```'
-  for log in logs/*.log; do
-    [[ -f $log ]] || continue
-    note "$(basename "$log"): $(bar_lines "$log" | grep -E 'epoch [0-9]+/' | tail -1)"
-  done
-  note '```'
-  cp -r logs "$LOGS/table_logs" 2> /dev/null && keep table_logs
-fi
-
 if [[ " $PARTS " == *" cuda_tests "* ]]; then
   note; note "## The tests that need CUDA (tests/test_cuda.py, tests/test_capture.py)"
-  CUT_SIGNAL=INT timed cuda_tests 150 "$PY" -m pytest -v --durations=10 -o addopts= tests/test_cuda.py \
-    tests/test_capture.py -p no:cacheprovider
+  [[ -n ${TESTS-} ]] || CUT_SIGNAL=INT timed cuda_tests 150 "$PY" -m pytest "${CUDA_TESTS[@]}"
   note '```'; grep -E '(PASSED|FAILED|ERROR|SKIPPED)' "$LOGS/cuda_tests.log" 2> /dev/null | head -40 >> "$SUMMARY"
   grep -E '^E ' "$LOGS/cuda_tests.log" 2> /dev/null | head -20 >> "$SUMMARY"
   note "$(tail -1 "$LOGS/cuda_tests.log" 2> /dev/null)"; note '```'
