@@ -59,7 +59,7 @@ def rate_in_tensor(way, device, fused):
 
 
 def captured(step, way, device, world_size):
-    """`step(x, y) -> loss` replayed as `way` says ("off", "cuda_graph", "compiled"), or as it is where it cannot be."""
+    """`step(x, y) -> loss` run as `way` (a captured_step but "auto") says, or uncaptured where it cannot be."""
     if way == "off":
         return step
     if way == "fused_graph":  # the graph's kernels: inductor's, compiled at the first warm-up step
