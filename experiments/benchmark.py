@@ -379,9 +379,7 @@ def compare_variant(variant, files, args):
     answers = {}
     for fast in (False, True):
         start = time.perf_counter()
-        answers[fast] = predict_places(
-            model, questions, pretrain.stoi, pretrain.itos, trainer.device, sequential=not fast
-        )
+        answers[fast] = predict_places(model, questions, pretrain, trainer.device, sequential=not fast)
         sync(trainer.device)
         results[fast, "eval"] = len(questions) / (time.perf_counter() - start)
     if answers[False] != answers[True]:

@@ -130,7 +130,7 @@ def recall_lines(cfg, questions_path, answers, pretrained_params):
                            device=cfg.device)  # fmt: skip
     setup, device = pipeline.load(pretrained)
     corpus = setup.corpus
-    known = recalled_places(setup.model, corpus.data, pairs, corpus.stoi, corpus.itos, device)
+    known = recalled_places(setup.model, corpus, pairs, device)
     lines = ["the pretrained model, continuing the biography | people | right | median log-probability"]
     for label, value in (("recalls the birthplace", True), ("does not", False), ("cannot be asked", None)):
         chosen = [(answer, place) for answer, (_, place), k in zip(answers, pairs, known) if k is value]

@@ -35,7 +35,7 @@ def recall_probe(pairs_path, every):
         if "questions" not in encoded:
             encoded["questions"] = encodable_questions(corpus, [question for question, _ in pairs], "probe questions")
         questions = encoded["questions"]
-        answers = predict_places(end.model, questions, corpus.stoi, corpus.itos, end.device)
+        answers = predict_places(end.model, questions, corpus, end.device)
         answered = sum(answer == place for answer, (_, place) in zip(answers, pairs))
         recall, accuracy = recalled / max(1, probed), answered / len(pairs)
         tqdm.write(

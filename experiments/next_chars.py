@@ -21,7 +21,7 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import exit_status, params_parser, reading_config
-from dataset import MASK_CHAR
+from dataset import MASK_CHAR, encoded
 from decoding import greedy_decode_cached
 from distributed import exit_process
 from errors import RunError
@@ -38,7 +38,7 @@ def choice_lines(prompt, choices):
     return lines
 
 
-def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_char=None):
+def next_character_choices(model, prompt, corpus, device, steps, k, stop_char=None):
     """
     The greedy continuation of `prompt` with, at every character it writes, the k
     likeliest characters and their probabilities: [(char, [(alternative, probability)])],
@@ -49,12 +49,12 @@ def next_character_choices(model, prompt, stoi, itos, device, steps, k, stop_cha
     if not prompt or len(prompt) > context:
         raise ValueError(f"the prompt must have 1 to {context} characters, got {len(prompt)}")
     with eval_mode(model):
-        x = torch.tensor([[stoi[c] for c in prompt]], dtype=torch.long, device=device)
-        k = min(k, len(itos))
-        stop_id = stoi[stop_char] if stop_char is not None else -1
+        x = torch.tensor([encoded(prompt, corpus.stoi)], dtype=torch.long, device=device)
+        k = min(k, len(corpus.itos))
+        stop_id = corpus.stoi[stop_char] if stop_char is not None else -1
         decoded = greedy_decode_cached(model, x, min(steps, context - len(prompt) + 1), stop_id, top_k=k)
     return [
-        (itos[chosen], [(itos[i], p) for i, p in zip(ids, probs)])
+        (corpus.itos[chosen], [(corpus.itos[i], p) for i, p in zip(ids, probs)])
         for chosen, ids, probs in zip(
             decoded.ids[0].tolist(), decoded.top_ids[0].tolist(), decoded.top_probs[0].tolist()
         )
@@ -82,8 +82,7 @@ def main(argv=None):
             choices = next_character_choices(
                 setup.model,
                 prompt,
-                corpus.stoi,
-                corpus.itos,
+                corpus,
                 device,
                 args.steps,
                 args.top_k,

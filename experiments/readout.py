@@ -1,6 +1,6 @@
 """
-The frames readout (src/frames.py), studied on the training people: the frames mined from
-the first 1,600 people of birth_places_train.tsv and their zero-shot accuracy there, then
+The frames readout (src/frames.py, ensemble.py, fitting.py), studied on the training people:
+the frames mined from the first 1,600 people of birth_places_train.tsv and their zero-shot accuracy there, then
 ensembles of the best of them, fitted on those 1,600 and checked on the last 400.
 
     python experiments/readout.py vanilla wiki.txt --reading_params_path pretrain.params \\
@@ -31,9 +31,12 @@ import torch
 import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
-from dataset import biographies, name_of
+from dataset import biographies, encoded, name_of
 from decoding import greedy_completions, predict_places
 from distributed import exit_process
+from ensemble import PLACE_STEPS, Ensemble, accuracy, candidate_set, padded_ids, scored_candidates, written_places
+from fitting import fitted_ensemble
+from frames import names_in
 from inputs import answered_pairs
 from utils import eval_mode
 
@@ -43,22 +46,9 @@ def tuning_split(pairs):
     return pairs[:1600], pairs[-400:]
 
 
-def option_table(model, corpus, ensemble, pairs, device):
-    """Each person's place written by each of the ensemble's writers, and {place: summed score}."""
-    names = [name_of(question) for question, _ in pairs]
-    written = frames.candidates(model, corpus, names, ensemble.writers, ensemble.skips, device)
-    options = [sorted({place for place in row if place}) for row in written]
-    totals = frames.option_scores(model, corpus, names, options, ensemble.scorers, ensemble.end, device)
-    return written, [dict(zip(places, scores)) for places, scores in zip(options, totals)]
-
-
-def answers_of(written, scored, size):
-    """The answers of the ensemble's first `size` writers (Ensemble.answers, from the table)."""
-    answers = []
-    for row, score in zip(written, scored):
-        places = sorted({place for place in row[:size] if place})
-        answers.append(frames.best_option(places, [score[place] for place in places])[0])
-    return answers
+def answers_of(candidates, size):
+    """The summed choice's answers of the ensemble's first `size` writers, from its Candidates."""
+    return [person.of_writers(range(size)).summed()[0] for person in candidates]
 
 
 @torch.no_grad()
@@ -67,8 +57,8 @@ def likeliest_next(model, corpus, prompts, k, device, batch_size=256):
     with eval_mode(model):
         chars = []
         for start in range(0, len(prompts), batch_size):
-            rows = [[corpus.stoi[c] for c in text] for text in prompts[start : start + batch_size]]
-            logits, _ = model(frames.padded_ids(rows).to(device))
+            rows = [encoded(text, corpus.stoi) for text in prompts[start : start + batch_size]]
+            logits, _ = model(padded_ids(rows).to(device))
             last = logits[torch.arange(len(rows)), torch.tensor([len(ids) - 1 for ids in rows])]
             chars += [[corpus.itos[i] for i in top] for top in last.topk(k, dim=-1).indices.tolist()]
     return chars
@@ -82,7 +72,7 @@ def branched_places(model, corpus, ensemble, names, k, device):
     characters in all.
     """
     prompts = [frames.prompt(frame, name) for name in names for frame in ensemble.writers]
-    written = greedy_completions(model, prompts, corpus.stoi, corpus.itos, device, frames.PLACE_STEPS)
+    written = greedy_completions(model, prompts, corpus, device, PLACE_STEPS)
     starts = []
     for text in written:
         place = frames.place_in(text, ensemble.skips)
@@ -93,33 +83,43 @@ def branched_places(model, corpus, ensemble, names, k, device):
         [c for c in chars if c != text[at : at + 1]][: k - 1] for chars, text, at in zip(likeliest, written, starts)
     ]
     branches = [head + char for head, chars in zip(heads, others) for char in chars]
-    continued = iter(greedy_completions(model, branches, corpus.stoi, corpus.itos, device, frames.PLACE_STEPS))
+    continued = iter(greedy_completions(model, branches, corpus, device, PLACE_STEPS))
     per_prompt = []
     for text, at, chars in zip(written, starts, others):
         places = [frames.place_in(text, ensemble.skips)]
         for char in chars:
-            branch = text[:at] + char + next(continued)[: max(0, frames.PLACE_STEPS - at - 1)]
+            branch = text[:at] + char + next(continued)[: max(0, PLACE_STEPS - at - 1)]
             places.append(frames.place_in(branch, ensemble.skips))
         per_prompt.append(places)
     size = len(ensemble.writers)
     return [per_prompt[i * size : (i + 1) * size] for i in range(len(names))]
 
 
+def branched_candidates(model, corpus, ensemble, names, branched, device):
+    """
+    Each name's Candidates among all its branched places (branched_places); a place counts
+    as written by a writer only where that writer's greedy path wrote it.
+    """
+    written = [[places[0] for places in row] for row in branched]
+    options = [candidate_set([place for places in row for place in places]) for row in branched]
+    return scored_candidates(model, corpus, names, written, ensemble.scorers, ensemble.end, device, options)
+
+
 def first_chars_table(model, corpus, ensemble, pairs, ks, device):
     """The ensemble on `pairs` with candidates from the K likeliest characters at the place's start, for each K."""
-    names = [name_of(question) for question, _ in pairs]
+    names = names_in(pairs)
     print("\n| likeliest first characters | candidates a person | place among them | last 400 | CPU time |")
     print("| --- | --- | --- | --- | --- |")
     for k in ks:
         started = time.process_time()
         branched = branched_places(model, corpus, ensemble, names, k, device)
-        options = [sorted({p for places in row for p in places if p}) for row in branched]
-        totals = frames.option_scores(model, corpus, names, options, ensemble.scorers, ensemble.end, device)
-        answers = [frames.best_option(places, scores)[0] for places, scores in zip(options, totals)]
+        candidates = branched_candidates(model, corpus, ensemble, names, branched, device)
+        options = [person.places for person in candidates]
+        answers = [person.summed()[0] for person in candidates]
         reach = sum(place in opts for opts, (_, place) in zip(options, pairs)) / len(pairs)
         mean = sum(map(len, options)) / len(options)
         seconds = time.process_time() - started
-        right = frames.accuracy(answers, pairs)
+        right = accuracy(answers, pairs)
         print(f"| {k} | {mean:.1f} | {reach:.1%} | {right:.1%} | {seconds:.0f} s |", flush=True)
 
 
@@ -129,10 +129,9 @@ def controls(model, corpus, training, held_out, size, device):
     held-out pairs, beside the handout's question on the same params and the most frequent
     training place; split by whether the person's biography names the place.
     """
-    names = [name_of(question) for question, _ in held_out]
-    ensemble = frames.fitted_ensemble(model, corpus, training, size, device)
-    readout = [answer for answer, _ in ensemble.answers(model, corpus, names, device)]
-    asked = predict_places(model, [question for question, _ in held_out], corpus.stoi, corpus.itos, device)
+    fitted = fitted_ensemble(model, corpus, training, size, device)
+    readout = [answer.text for answer in fitted.answers(model, corpus, names_in(held_out), device)]
+    asked = predict_places(model, [question for question, _ in held_out], corpus, device)
     commonest = collections.Counter(place for _, place in training).most_common(1)[0][0]
     columns = {f"frames readout ({size} writing)": readout, "the handout question": asked}
     print()
@@ -145,7 +144,7 @@ def print_split(corpus, held_out, columns):
     [answer per pair]}) gets right: of all, of those whose biography in the corpus names
     the place, and of the others.
     """
-    bios = biographies(corpus.data, [name_of(question) for question, _ in held_out])
+    bios = biographies(corpus.data, names_in(held_out))
     named = [place in bios.get(name_of(question), "") for question, place in held_out]
     groups = [("all", [True] * len(held_out)), ("biography names the place", named)]
     groups.append(("biography does not name it", [not n for n in named]))
@@ -177,26 +176,26 @@ def main(argv=None):
         fitting, checking = tuning_split(pairs)
         started = time.process_time()
         mined = frames.mine(corpus.data, fitting, frames.least_people(fitting))
-        names = [name_of(question) for question, _ in fitting]
-        written = frames.candidates(model, corpus, names, [frame for frame, _ in mined.frames], mined.skips, device)
+        mined_frames = [frame for frame, _ in mined.frames]
+        written = written_places(model, corpus, names_in(fitting), mined_frames, mined.skips, device)
         print(f"date words: {' '.join(sorted(mined.skips))}\n")
         print(f"| frame | people (of {len(fitting)}) | scores | zero-shot, first 1,600 |\n| --- | --- | --- | --- |")
-        alone = [frames.accuracy([row[i] for row in written], fitting) for i in range(len(mined.frames))]
+        alone = [accuracy([row[i] for row in written], fitting) for i in range(len(mined.frames))]
         for i in sorted(range(len(alone)), key=lambda i: -alone[i]):
             frame, people = mined.frames[i]
             print(f"| `{frame}` | {people} | {'yes' if frame in mined.scorers else ''} | {alone[i]:.1%} |")
         print("\n| frames writing | chosen (in order) | first 1,600 | last 400 |\n| --- | --- | --- | --- |")
-        results, largest = [], frames.fitted_ensemble(model, corpus, fitting, max(args.sizes), device)
+        results, largest = [], fitted_ensemble(model, corpus, fitting, max(args.sizes), device)
         split = {"first 1,600": fitting, "last 400": checking}
-        tables = {label: option_table(model, corpus, largest, pairs, device) for label, pairs in split.items()}
+        tables = {label: largest.candidates(model, corpus, names_in(pairs), device) for label, pairs in split.items()}
         for size in args.sizes:  # the writers are chosen one at a time: each size's are the first of the largest's
-            figures = [frames.accuracy(answers_of(*tables[label], size), pairs) for label, pairs in split.items()]
+            figures = [accuracy(answers_of(tables[label], size), pairs) for label, pairs in split.items()]
             writers = ", ".join(f"`{frame}`" for frame in largest.writers[:size])
             print(f"| {size} | {writers} | {figures[0]:.1%} | {figures[1]:.1%} |", flush=True)
             results.append((figures[1], size))
         print(f"\nCPU time: {time.process_time() - started:.0f} s")
         if args.first_chars:
-            first = frames.Ensemble(largest.writers[: args.sizes[0]], largest.scorers, largest.skips)
+            first = Ensemble(largest.writers[: args.sizes[0]], largest.scorers, largest.skips)
             first_chars_table(model, corpus, first, checking, args.first_chars, device)
         if args.eval_corpus_path:
             controls(model, corpus, pairs, answered_pairs(args.eval_corpus_path), max(results)[1], device)

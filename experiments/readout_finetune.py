@@ -1,6 +1,6 @@
 """
-Does any finetuning add to the frames readout (src/frames.py)? Each run finetunes the
-pretrained params on the first 1,600 people of birth_places_train.tsv, then the ensemble
+Does any finetuning add to the frames readout (src/frames.py, ensemble.py, fitting.py)? Each
+run finetunes the pretrained params on the first 1,600 people of birth_places_train.tsv, then the ensemble
 (its writers, and with --choice learned its weights) fitted zero-shot on those people,
 before any finetuning (finetuning on them would make them a poor judge of it), is scored on
 the last 400, beside the handout's question.
@@ -37,6 +37,8 @@ from config import RECIPES, Recipe, RunConfig
 from dataset import PAD_CHAR, NameDataset, known_characters, name_of
 from decoding import predict_places
 from distributed import exit_process
+from ensemble import accuracy
+from fitting import fitted_ensemble
 from inputs import answered_pairs
 from readout import tuning_split
 
@@ -135,7 +137,7 @@ def main(argv=None):
         corpus, pairs = setup.corpus, answered_pairs(cfg.finetune_corpus_path)
         fitting, checking = tuning_split(pairs)
         learned = args.choice == "learned"
-        ensemble = frames.fitted_ensemble(setup.model, corpus, fitting, args.writers, device, learned=learned)
+        ensemble = fitted_ensemble(setup.model, corpus, fitting, args.writers, device, learned=learned)
         print(f"writers: {', '.join(ensemble.writers)}\nscorers: {', '.join(ensemble.scorers)}")
         print(f"choice: {args.choice}\n")
         print("| run | frames readout, last 400 | the handout question, last 400 | CPU s |\n| --- | --- | --- | --- |")
@@ -148,9 +150,9 @@ def main(argv=None):
             for name in args.runs:
                 started = time.process_time()
                 model = finetuned(cfg, *RUNS[name], fitting_path, ensemble, folder)
-                read = [answer for answer, _ in ensemble.answers(model, corpus, names, device)]
-                asked = predict_places(model, questions, corpus.stoi, corpus.itos, device)
-                cells = [f"{frames.accuracy(answers, checking):.1%}" for answers in (read, asked)]
+                read = [answer.text for answer in ensemble.answers(model, corpus, names, device)]
+                asked = predict_places(model, questions, corpus, device)
+                cells = [f"{accuracy(answers, checking):.1%}" for answers in (read, asked)]
                 print(f"| {name} | {' | '.join(cells)} | {time.process_time() - started:.0f} |", flush=True)
 
     return exit_status("readout_finetune.py", run)

@@ -24,30 +24,28 @@ import time
 import src_path  # noqa: F401
 
 # isort: split
-import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
-from dataset import name_of
 from distributed import exit_process
+from ensemble import accuracy
+from fitting import fitted_ensemble, weights_fitted_to
+from frames import names_in
 from inputs import answered_pairs
-from readout import branched_places, tuning_split
+from readout import branched_candidates, branched_places, tuning_split
 
 
-def shares(ensemble, described, pairs):
-    """(the share of people whose place is among their candidates, the summed score's accuracy, the learned's)."""
-    options = described[0]
-    among = sum(place in places for places, (_, place) in zip(options, pairs)) / len(pairs)
-    summed = dataclasses.replace(ensemble, weights=()).choose(*described)
-    learned = ensemble.choose(*described)
-    return among, *(frames.accuracy([answer for answer, _ in picked], pairs) for picked in (summed, learned))
+def shares(fitted, candidates, pairs):
+    """The share of people whose place is among their candidates, the summed choice's accuracy, the learned's."""
+    among = sum(place in person.places for person, (_, place) in zip(candidates, pairs)) / len(pairs)
+    summed = [person.summed()[0] for person in candidates]
+    learned = [answer for answer, _ in fitted.chosen(candidates)]
+    return among, accuracy(summed, pairs), accuracy(learned, pairs)
 
 
-def branched_described(model, corpus, ensemble, names, k, device):
-    """Ensemble.described, its candidates grown by branching at the k likeliest first characters (branched_places)."""
-    branched = branched_places(model, corpus, ensemble, names, k, device)
-    options = [sorted({place for places in row for place in places if place}) for row in branched]
-    written = [[places[0] for places in row] for row in branched]
-    return options, frames.scorer_scores(model, corpus, names, options, ensemble.scorers, ensemble.end, device), written
+def branched_people(model, corpus, fitted, names, k, device):
+    """The Candidates of the fitted ensemble grown by branching at the k likeliest first characters."""
+    branched = branched_places(model, corpus, fitted, names, k, device)
+    return branched_candidates(model, corpus, fitted, names, branched, device)
 
 
 def main(argv=None):
@@ -66,23 +64,25 @@ def main(argv=None):
         print("| writers | people | place among the candidates | summed score | learned choice |")
         print("| --- | --- | --- | --- | --- |")
         for writers in args.writers:
-            ensemble = frames.fitted_ensemble(model, corpus, split["first 1,600"], writers, device, learned=True)
+            fitted = fitted_ensemble(model, corpus, split["first 1,600"], writers, device, learned=True)
             for label, part in split.items():
-                names = [name_of(question) for question, _ in part]
-                among, summed, learned = shares(ensemble, ensemble.described(model, corpus, names, device), part)
+                among, summed, learned = shares(fitted, fitted.candidates(model, corpus, names_in(part), device), part)
                 print(f"| {writers} | {label} | {among:.1%} | {summed:.1%} | {learned:.1%} |", flush=True)
         for k in args.first_chars:
-            names = {label: [name_of(question) for question, _ in part] for label, part in split.items()}
-            grown = {label: branched_described(model, corpus, ensemble, names[label], k, device) for label in split}
-            weights = frames.weights_fitted_to(grown["first 1,600"], split["first 1,600"])
-            refitted = dataclasses.replace(ensemble, weights=weights)
+            grown = {
+                label: branched_people(model, corpus, fitted, names_in(part), k, device)
+                for label, part in split.items()
+            }
+            weights = weights_fitted_to(grown["first 1,600"], split["first 1,600"])
+            refitted = dataclasses.replace(fitted, weights=weights)
             for label, part in split.items():
                 among, summed, learned = shares(refitted, grown[label], part)
-                row = f"{writers}, {k} first characters ({sum(map(len, grown[label][0])) / len(part):.1f} a person)"
+                a_person = sum(len(person.places) for person in grown[label]) / len(part)
+                row = f"{writers}, {k} first characters ({a_person:.1f} a person)"
                 print(f"| {row} | {label} | {among:.1%} | {summed:.1%} | {learned:.1%} |", flush=True)
-        labels = [f"scorer `{s}`" for s in ensemble.scorers] + [f"written by `{w}`" for w in ensemble.writers]
+        labels = [f"scorer `{s}`" for s in fitted.scorers] + [f"written by `{w}`" for w in fitted.writers]
         print("\n| feature | weight |\n| --- | --- |")
-        for label, weight in zip(labels + ["length"], ensemble.weights):
+        for label, weight in zip(labels + ["length"], fitted.weights):
             print(f"| {label} | {weight:+.3f} |")
         print(f"\nCPU time: {time.process_time() - started:.0f} s")
 

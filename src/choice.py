@@ -14,6 +14,7 @@ import torch
 
 FLOOR = -100.0  # a log-probability that cannot be computed (the text beyond the block) counts as this
 L2 = 0.01  # the penalty on the squared standardised weights
+LBFGS_STEPS = 500  # the most iterations of the fit
 
 
 def features(scores, written, places):
@@ -27,20 +28,19 @@ def features(scores, written, places):
     return torch.tensor(rows, dtype=torch.float64).reshape(len(places), width).clamp(min=FLOOR)
 
 
-def fitted_weights(described, rights):
+def fitted_weights(people_features, rights):
     """
-    The weights (a tuple of floats, one per feature) of a softmax over each person's
-    candidates, fitted to pick the right one: `described`, each person's features; `rights`,
-    the index of the person's place among their candidates, or None where it is not there.
-    Where no person's place is there, no weights: () (the summed score chooses).
+    A weight per feature, fitted so that a softmax over each person's candidates picks the
+    right one. `rights` holds the index of each person's place among their candidates, or
+    None where it is not there; where it is nowhere, there are no weights and the summed score chooses.
     """
-    fitted = [(f, right) for f, right in zip(described, rights) if right is not None]
+    fitted = [(f, right) for f, right in zip(people_features, rights) if right is not None]
     if not fitted:
         return ()
     stacked = torch.cat([f for f, _ in fitted])
     mean, scale = stacked.mean(0), stacked.std(0).nan_to_num(1.0).clamp(min=1e-6)
     weights = torch.zeros(stacked.size(1), dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([weights], max_iter=500, line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS([weights], max_iter=LBFGS_STEPS, line_search_fn="strong_wolfe")
 
     def loss():
         optimizer.zero_grad()
@@ -53,8 +53,8 @@ def fitted_weights(described, rights):
     return tuple((weights.detach() / scale).tolist())  # on the features as they are: the mean shifts every score alike
 
 
-def chosen(described, weights):
-    """The index of the candidate of the highest score under `weights` (None without candidates)."""
-    if not len(described):
+def chosen(candidate_features, weights):
+    """The index of the candidate of the highest score under `weights`; None without candidates."""
+    if not len(candidate_features):
         return None
-    return int((described @ torch.tensor(weights, dtype=torch.float64)).argmax())
+    return int((candidate_features @ torch.tensor(weights, dtype=torch.float64)).argmax())

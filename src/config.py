@@ -197,6 +197,10 @@ class Recipe:
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.metadata.get("reading")}
         return settings | dict(pretrain_stages="; ".join(map(str, self.pretrain_stages)))
 
+    def reading_settings(self):
+        """{field: value} of the fields only evaluate reads: a kept readout's settings."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("reading")}
+
     def frozen_parts(self):
         """The model's parts that finetuning leaves as they are (finetune_frozen's list)."""
         return [part for part in self.finetune_frozen.split(",") if part]

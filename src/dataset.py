@@ -34,6 +34,11 @@ def known_characters(text, stoi):
     return kept, len(text) - len(kept)
 
 
+def encoded(text, stoi):
+    """The ids of a text's characters under the vocabulary `stoi`."""
+    return [stoi[c] for c in text]
+
+
 QUESTION = re.compile(r"Where was (.+) born\?")  # the handout's question
 
 
@@ -176,7 +181,7 @@ class CharCorruptionDataset(Dataset):
         lengths = torch.zeros(len(self.data), dtype=torch.long)
         for row, document in enumerate(self.data):
             kept = document[: self.max_truncation]
-            ids[row, : len(kept)] = torch.tensor([self.stoi[c] for c in kept], dtype=torch.long)
+            ids[row, : len(kept)] = torch.tensor(encoded(kept, self.stoi), dtype=torch.long)
             lengths[row] = len(kept)
         return ids, lengths
 
@@ -225,7 +230,7 @@ class CharCorruptionDataset(Dataset):
         if self.max_shift:
             masked_string = PAD_CHAR * random.randint(0, self.max_shift) + masked_string
         masked_string += PAD_CHAR * (self.block_size - len(masked_string))
-        ids = [self.stoi[c] for c in masked_string]
+        ids = encoded(masked_string, self.stoi)
         return torch.tensor(ids[:-1], dtype=torch.long), torch.tensor(ids[1:], dtype=torch.long)
 
 
@@ -270,8 +275,8 @@ class NameDataset(Dataset):
         text = question + MASK_CHAR + place + MASK_CHAR
         text += PAD_CHAR * (self.block_size - len(text))
         target = PAD_CHAR * (len(question) - 1) + text[len(question) :]
-        x = torch.tensor([self.stoi[c] for c in text[:-1]], dtype=torch.long)
-        y = torch.tensor([self.stoi[c] for c in target], dtype=torch.long)
+        x = torch.tensor(encoded(text[:-1], self.stoi), dtype=torch.long)
+        y = torch.tensor(encoded(target, self.stoi), dtype=torch.long)
         return x, y
 
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from dataset import MASK_CHAR, biographies, name_of
+from dataset import MASK_CHAR, biographies, encoded, name_of
 from model import KVCache
 from utils import eval_mode, sample
 
@@ -89,7 +89,7 @@ def read_logprobs(model, x, generated):
 
 
 def greedy_completions(
-    model, prompts, stoi, itos, device, steps, stop_char=None, batch_size=256, sequential=False, scored=False
+    model, prompts, corpus, device, steps, stop_char=None, batch_size=256, sequential=False, scored=False
 ):
     """
     Greedy continuations of text prompts, `steps` characters each (with the cache, a
@@ -101,20 +101,20 @@ def greedy_completions(
     The cached decoding scores its characters as it chooses them; `sample`'s are scored
     afterwards by read_logprobs.
     """
-    stop_id = stoi[stop_char] if stop_char is not None else -1
-    encoded = [[stoi[c] for c in prompt] for prompt in prompts]
+    stop_id = corpus.stoi[stop_char] if stop_char is not None else -1
+    prompt_ids = [encoded(prompt, corpus.stoi) for prompt in prompts]
     context = model.get_block_size() - 1
     with eval_mode(model):
         if sequential:
-            batches = [[i] for i in range(len(encoded))]
+            batches = [[i] for i in range(len(prompt_ids))]
         else:
             by_length = {}
-            for i, ids in enumerate(encoded):
+            for i, ids in enumerate(prompt_ids):
                 by_length.setdefault(len(ids), []).append(i)
             batches = [rows[j : j + batch_size] for rows in by_length.values() for j in range(0, len(rows), batch_size)]
-        generated = [None] * len(encoded)
+        generated = [None] * len(prompt_ids)
         for rows in batches:
-            x = torch.tensor([encoded[i] for i in rows], dtype=torch.long, device=device)
+            x = torch.tensor([prompt_ids[i] for i in rows], dtype=torch.long, device=device)
             if sequential or x.size(1) + steps - 1 > context:
                 out = sample(model, x, steps)[:, x.size(1) :]
                 logprobs = read_logprobs(model, x, out) if scored else None
@@ -122,7 +122,7 @@ def greedy_completions(
                 decoded = greedy_decode_cached(model, x, steps, stop_id)
                 out, logprobs = decoded.ids, decoded.logprobs
             for row, (i, ids) in enumerate(zip(rows, out.tolist())):
-                text = "".join(itos[i] for i in ids)
+                text = "".join(corpus.itos[i] for i in ids)
                 generated[i] = (text, logprobs[row].tolist()) if scored else text
     return generated
 
@@ -155,7 +155,7 @@ def answer_of(completion, logprobs=None):
     )
 
 
-def predict_answers(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False, scored=True):
+def predict_answers(model, questions, corpus, device, steps=32, batch_size=256, sequential=False, scored=True):
     """
     Answer "Where was X born?" questions with greedy decoding: an Answer per question.
 
@@ -168,18 +168,18 @@ def predict_answers(model, questions, stoi, itos, device, steps=32, batch_size=2
     """
     prompts = [question + MASK_CHAR for question in questions]
     completions = greedy_completions(
-        model, prompts, stoi, itos, device, steps, MASK_CHAR, batch_size, sequential, scored=scored
+        model, prompts, corpus, device, steps, MASK_CHAR, batch_size, sequential, scored=scored
     )
     return [answer_of(*completion) if scored else answer_of(completion) for completion in completions]
 
 
-def predict_places(model, questions, stoi, itos, device, steps=32, batch_size=256, sequential=False):
+def predict_places(model, questions, corpus, device, steps=32, batch_size=256, sequential=False):
     """The texts of predict_answers' answers."""
-    answers = predict_answers(model, questions, stoi, itos, device, steps, batch_size, sequential, scored=False)
+    answers = predict_answers(model, questions, corpus, device, steps, batch_size, sequential, scored=False)
     return [answer.text for answer in answers]
 
 
-def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):
+def recalled_places(model, corpus, pairs, device, prompt=None):
     """
     Which of the pairs' birthplaces the model has memorised from the corpus.
 
@@ -201,14 +201,16 @@ def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):
             names.append(name_of(question))
         except ValueError:  # a question the vocabulary could not spell whole is not probed
             names.append(None)
-    bios = biographies(documents, [name for name in names if name is not None])
+    bios = biographies(corpus.data, [name for name in names if name is not None])
     prompts, places, probed = [], [], []
     for name, (_, place) in zip(names, pairs):
         document = f"{name}. {bios[name]}" if name in bios else ""
         at = document.find(place)
-        can_probe = 0 < at and at + len(place) <= context and all(c in stoi for c in document[: at + len(place)])
+        can_probe = 0 < at and at + len(place) <= context and all(c in corpus.stoi for c in document[: at + len(place)])
         if can_probe:
-            text = document[:at] if prompt is None else "".join(c for c in prompt(name, document[:at]) if c in stoi)
+            text = (
+                document[:at] if prompt is None else "".join(c for c in prompt(name, document[:at]) if c in corpus.stoi)
+            )
             if not text:
                 raise ValueError(f"the prompt for {name} has no characters of the vocabulary")
             prompts.append(text)
@@ -216,6 +218,6 @@ def recalled_places(model, documents, pairs, stoi, itos, device, prompt=None):
         probed.append(can_probe)
     if not prompts:
         return [None] * len(pairs)
-    completions = greedy_completions(model, prompts, stoi, itos, device, max(len(place) for place in places))
+    completions = greedy_completions(model, prompts, corpus, device, max(len(place) for place in places))
     recalled = iter(completion.startswith(place) for completion, place in zip(completions, places))
     return [next(recalled) if can_probe else None for can_probe in probed]

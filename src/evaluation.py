@@ -9,6 +9,7 @@ import json
 import logging
 import math
 
+import fitting
 import frames
 from dataset import MASK_CHAR, question_place_pairs
 from decoding import predict_answers, recalled_places
@@ -77,7 +78,7 @@ def probed_recall(model, corpus, pairs, device, prompt=PROBES["biography"]):
     decoding.recalled_places). Every probe counts the same people.
     """
     try:
-        recalled = recalled_places(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device, prompt)
+        recalled = recalled_places(model.to(device), corpus, pairs, device, prompt)
     except ValueError as e:  # a prefix outside the vocabulary
         raise RunError(str(e)) from None
     probed = [known for known in recalled if known is not None]
@@ -86,7 +87,7 @@ def probed_recall(model, corpus, pairs, device, prompt=PROBES["biography"]):
 
 def recalled_pairs(model, corpus, pairs, device, prompt):
     """The (question, place) pairs whose place the model completes after `prompt` (see probed_recall)."""
-    recalled = recalled_places(model.to(device), corpus.data, pairs, corpus.stoi, corpus.itos, device, prompt)
+    recalled = recalled_places(model.to(device), corpus, pairs, device, prompt)
     return [pair for pair, known in zip(pairs, recalled) if known]
 
 
@@ -95,19 +96,18 @@ def recall_line(recalled, probed):
     return f"Recalled: {recalled} out of {probed}: {round(recalled / max(1, probed) * 100, 2)}%"
 
 
-def readout_share(cfg, metadata, corpus, model, rows, device):
+def rank_answers(cfg, metadata, corpus, model, rows, device):
     """
-    This rank's share (every world_size-th) of the Answers to the questions of `rows` [(line
-    number, question, place or None)] of eval_corpus_path, read out as the
-    recipe says: greedy after the handout's question, or the frames readout's, its ensemble
-    fitted on the training pairs of finetune_corpus_path and kept beside the params
-    (frames.kept_ensemble; metadata: that of the params read).
+    This rank's Answers (every world_size-th) to the questions of `rows` (line number,
+    question, place or None) of eval_corpus_path, read out as the recipe says: greedy after
+    the handout's question, or by the frames readout fitted on finetune_corpus_path's pairs
+    and kept beside the params. `metadata` is that of the params read.
     """
     rank, world_size = rank_and_world_size()
     r = cfg.recipe
     if r.readout == "question":
         mine = encodable_questions(corpus, [question for _, question, _ in rows])[rank::world_size]
-        return predict_answers(model, mine, corpus.stoi, corpus.itos, device, sequential=r.sequential_decoding)
+        return predict_answers(model, mine, corpus, device, sequential=r.sequential_decoding)
     if (metadata or {}).get("function") == "finetune":
         logger.warning(
             f"{cfg.reading_params_path} are finetuned params: the frames readout asks in the corpus's words, "
@@ -120,10 +120,9 @@ def readout_share(cfg, metadata, corpus, model, rows, device):
     pairs = [(question, place) for _, question, place in training]
 
     def fit():
-        return frames.fitted_ensemble(
-            model, corpus, pairs, r.readout_frames, device, learned=r.readout_choice == "learned"
-        )
+        learned = r.readout_choice == "learned"
+        return fitting.fitted_ensemble(model, corpus, pairs, r.readout_frames, device, learned=learned)
 
     fitted_on = [cfg.reading_params_path, training_path, resolve_data_path(cfg.pretrain_corpus_path)]
-    ensemble = frames.kept_ensemble(fitted_on, dict(writers=r.readout_frames, choice=r.readout_choice), fit)
-    return frames.answers(model, corpus, names[rank::world_size], ensemble, device)
+    kept = fitting.kept_ensemble(fitted_on, r.reading_settings(), fit)
+    return kept.answers(model, corpus, names[rank::world_size], device)

@@ -33,7 +33,7 @@ from augment import viewed
 from config import BLOCK_SIZE, CUDA_CHECKPOINT_MINUTES, RunConfig, default_num_workers, resolve_recipe
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from errors import RunError
-from evaluation import PROBES, Evaluation, details_lines, probed_recall, readout_share, recalled_pairs
+from evaluation import PROBES, Evaluation, details_lines, probed_recall, rank_answers, recalled_pairs
 from files import PathInUse, atomic_write, exclusive_lock
 from inputs import answered_pairs, check_config, held_out_split, load_corpus, load_pairs, read_pairs, vocabulary
 from logs import EpochEnd, EpochHooks, HeldOutLoss, Hook, TensorBoardLog
@@ -314,14 +314,14 @@ def freeze(model, parts):
 
 def evaluate(cfg: RunConfig) -> Evaluation:
     """
-    Answers to eval_corpus_path (the recipe's readout: evaluation.readout_share), written to
+    Answers to eval_corpus_path (the recipe's readout: evaluation.rank_answers), written to
     outputs_path (rank 0), scored where the file has answers; with details_path, also a line
     of JSON per question (details_lines).
     """
     with prepared(cfg) as (cfg, metadata, device):
         setup = build(cfg, metadata)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
-        share = readout_share(cfg, metadata, setup.corpus, setup.model.to(device), rows, device)
+        share = rank_answers(cfg, metadata, setup.corpus, setup.model.to(device), rows, device)
         answers = gather_interleaved(share, len(rows))
         predictions = [answer.text for answer in answers]
         places = [place for _, _, place in rows] if rows and rows[0][2] is not None else None

@@ -83,6 +83,6 @@ def test_cached_decoding_on_cuda_answers_as_on_the_cpu(data):
     trainer = trained(names, pre.vocab_size, epochs=3)
     questions = [question for question, _ in names.data[:20]]
     model = trainer.model.eval()
-    on_gpu = predict_answers(model, questions, pre.stoi, pre.itos, torch.device("cuda"))
-    on_cpu = predict_answers(model.cpu(), questions, pre.stoi, pre.itos, torch.device("cpu"))
+    on_gpu = predict_answers(model, questions, pre, torch.device("cuda"))
+    on_cpu = predict_answers(model.cpu(), questions, pre, torch.device("cpu"))
     assert [a.text for a in on_gpu] == [a.text for a in on_cpu]

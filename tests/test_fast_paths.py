@@ -166,8 +166,8 @@ def test_batched_cached_decoding_answers_like_one_at_a_time(variant, world, trai
     questions = [line.split("\t")[0] for line in files["birth_dev.tsv"].splitlines()]
     questions.append("Where was " + "Zed " * 21 + "born?")  # too long for the cache: slides like sample()
     model = trained[variant]
-    batched = predict_places(model, questions, pre.stoi, pre.itos, "cpu", batch_size=7)
-    one_by_one = predict_places(model, questions, pre.stoi, pre.itos, "cpu", sequential=True)
+    batched = predict_places(model, questions, pre, "cpu", batch_size=7)
+    one_by_one = predict_places(model, questions, pre, "cpu", sequential=True)
     assert batched == one_by_one
     assert len(set(batched)) > 1, "a trivial model would not test much"
 

@@ -1,4 +1,4 @@
-"""The frames readout (frames.py): mining the training people's frames, reading places, scoring, evaluate."""
+"""The frames readout (frames.py, ensemble.py, fitting.py): mining, reading places, scoring, fitting, evaluate."""
 
 import collections
 import dataclasses
@@ -14,13 +14,15 @@ import torch
 
 import choice
 import controls
+import ensemble
+import fitting
 import frames
 import pipeline
 import readout
 import readout_finetune
 import rerank
 from config import HANDOUT, RunConfig
-from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, evaluate_args, one_line_error
+from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, another_value, evaluate_args, one_line_error
 from conftest import run_main as main
 from dataset import MASK_CHAR, PAD_CHAR, biographies, known_characters, name_of
 from decoding import Answer
@@ -127,13 +129,13 @@ def test_scores_in_padded_batches_equal_one_text_at_a_time():
     model = GPT(GPTConfig(len(corpus.stoi), 128, n_layer=2, n_head=2, n_embd=32)).eval()
     prompts = ["Ada Berg. Born in ", "Bruno Costa. Bruno Costa was born in ", "Elif Fischer. "]
     places = ["Oslo,", "New York City,", "Lagos,"]
-    together = frames.text_logprobs(model, corpus, prompts, places, "cpu", batch_size=2)
+    together = ensemble.text_logprobs(model, corpus, prompts, places, "cpu", batch_size=2)
     for prompt, place, score in zip(prompts, places, together):
         ids = torch.tensor([[corpus.stoi[c] for c in prompt + place]])
         logprobs = model(ids[:, :-1])[0].log_softmax(-1)[0, len(prompt) - 1 :]
         alone = sum(logprobs[i, ids[0, len(prompt) + i]].item() for i in range(len(place)))
         assert score == pytest.approx(alone, abs=1e-4)
-    too_long = frames.text_logprobs(model, corpus, ["Ada Berg. " * 13], ["Oslo,"], "cpu")
+    too_long = ensemble.text_logprobs(model, corpus, ["Ada Berg. " * 13], ["Oslo,"], "cpu")
     assert too_long == [-math.inf]  # a text beyond the block is not scored
 
 
@@ -142,12 +144,12 @@ def test_branching_where_the_place_starts_keeps_each_greedy_place_first():
     corpus = Vocabulary("".join(BIOGRAPHIES) + ",")
     torch.manual_seed(0)
     model = GPT(GPTConfig(len(corpus.stoi), 128, n_layer=2, n_head=2, n_embd=32)).eval()
-    ensemble = frames.Ensemble(("NAME. Born in ", "NAME. NAME was born in "), ("NAME. Born in ",))
+    asked = ensemble.Ensemble(("NAME. Born in ", "NAME. NAME was born in "), ("NAME. Born in ",))
     names = ["Ada Berg", "Bruno Costa", "Elif Fischer"]
-    greedy = frames.candidates(model, corpus, names, ensemble.writers, ensemble.skips, "cpu")
-    alone = readout.branched_places(model, corpus, ensemble, names, 1, "cpu")
+    greedy = ensemble.written_places(model, corpus, names, asked.writers, asked.skips, "cpu")
+    alone = readout.branched_places(model, corpus, asked, names, 1, "cpu")
     assert alone == [[[place] for place in row] for row in greedy]
-    branched = readout.branched_places(model, corpus, ensemble, names, 3, "cpu")
+    branched = readout.branched_places(model, corpus, asked, names, 3, "cpu")
     assert [[len(places) for places in row] for row in branched] == [[3, 3]] * 3
     assert [[places[0] for places in row] for row in branched] == greedy
 
@@ -217,12 +219,12 @@ def test_evaluate_asks_in_the_frames_and_answers_each_name_as_if_asked_alone(fra
     setup, _ = pipeline.load(cfg)
     training = [tuple(line.split("\t")) for line in lines_of(frames_world["train.tsv"])]
     names = [name_of(question) for question, _ in dev[:6]]
-    ensemble = frames.fitted_ensemble(setup.model, setup.corpus, training, HANDOUT.readout_frames, "cpu", learned=True)
-    assert len(ensemble.weights) == len(ensemble.scorers) + len(ensemble.writers) + 1
-    together = frames.answers(setup.model, setup.corpus, names, ensemble, "cpu")
+    fitted = fitting.fitted_ensemble(setup.model, setup.corpus, training, HANDOUT.readout_frames, "cpu", learned=True)
+    assert len(fitted.weights) == len(fitted.scorers) + len(fitted.writers) + 1
+    together = fitted.answers(setup.model, setup.corpus, names, "cpu")
     assert [answer.text for answer in together] == predictions[:6]
     for name, answer in zip(names, together):
-        [alone] = frames.answers(setup.model, setup.corpus, [name], ensemble, "cpu")
+        [alone] = fitted.answers(setup.model, setup.corpus, [name], "cpu")
         assert (alone.text, alone.logprob) == pytest.approx((answer.text, answer.logprob), abs=1e-4)
 
 
@@ -262,11 +264,12 @@ def test_the_writers_are_chosen_by_what_they_answer_on_the_training_people(frame
     setup, _ = pipeline.load(dataclasses.replace(cfg, device="cpu"))
     training = [tuple(line.split("\t")) for line in lines_of(frames_world["train.tsv"])]
     mined = frames.mine(setup.corpus.data, training, frames.least_people(training))
-    names, places = [name_of(q) for q, _ in training], [p for _, p in training]
-    written = frames.candidates(setup.model, setup.corpus, names, [f for f, _ in mined.frames], mined.skips, "cpu")
+    names, places = frames.names_in(training), [p for _, p in training]
+    mined_frames = [f for f, _ in mined.frames]
+    written = ensemble.written_places(setup.model, setup.corpus, names, mined_frames, mined.skips, "cpu")
     alone = [sum(row[i] == place for row, place in zip(written, places)) for i in range(len(mined.frames))]
     assert len(mined.frames) > 3 and len(set(alone)) > 1, alone  # a choice, and one that matters
-    [writer] = frames.fitted_ensemble(setup.model, setup.corpus, training, 1, "cpu").writers
+    [writer] = fitting.fitted_ensemble(setup.model, setup.corpus, training, 1, "cpu").writers
     assert writer == mined.frames[alone.index(max(alone))][0]
 
 
@@ -283,16 +286,16 @@ def test_the_fitted_readout_is_kept_and_answers_do_not_depend_on_the_questions_f
     readout = ["--readout", "frames", "--finetune_corpus_path", frames_world["train.tsv"], *WIDE]
     assert main(*evaluate_args("vanilla", wiki, params, frames_world["dev.tsv"], tmp_path / "a"), *readout) == 0
     kept = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))
-    assert len(kept["ensemble"]["writers"]) == HANDOUT.readout_frames and kept["key"]["choice"] == "learned"
+    assert len(kept["ensemble"]["writers"]) == HANDOUT.readout_frames and kept["key"]["readout_choice"] == "learned"
     assert len(kept["ensemble"]["weights"]) == len(kept["ensemble"]["scorers"]) + HANDOUT.readout_frames + 1
-    assert kept["key"]["params"] == frames.file_digest(params)
+    assert kept["key"]["params"] == fitting.file_digest(params)
 
     dev = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
     places = [place for _, place in dev]
     random.Random(1).shuffle(places)
     reordered = tmp_path / "reordered.tsv"
     reordered.write_text("".join(f"{q}\t{p}\n" for (q, _), p in zip(dev[::-1], places)), encoding="utf-8")
-    monkeypatch.setattr(frames, "fitted_ensemble", lambda *a, **k: pytest.fail("the kept readout was fitted again"))
+    monkeypatch.setattr(fitting, "fitted_ensemble", lambda *a, **k: pytest.fail("the kept readout was fitted again"))
     assert main(*evaluate_args("vanilla", wiki, params, reordered, tmp_path / "b"), *readout) == 0
     assert lines_of(tmp_path / "b")[::-1] == lines_of(tmp_path / "a")
     monkeypatch.undo()
@@ -305,7 +308,47 @@ def test_the_fitted_readout_is_kept_and_answers_do_not_depend_on_the_questions_f
     said = capsys.readouterr().err
     assert "pre.params.readout.json was fitted on other files or settings: fitting the readout again" in said
     kept = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))
-    assert kept["key"]["training"] == frames.file_digest(fewer)
+    assert kept["key"]["training"] == fitting.file_digest(fewer)
+
+
+def test_the_kept_readouts_key_changes_with_every_setting_and_constant_of_the_fit(tmp_path, monkeypatch):
+    """
+    A kept readout is read back only under the key it was fitted with: changing any reading
+    setting of the recipe, or any constant of the readout's modules, changes the key.
+    """
+    files = []
+    for name in ("p.params", "train.tsv", "wiki.txt"):
+        (tmp_path / name).write_text(name, encoding="utf-8")
+        files.append(tmp_path / name)
+    settings = HANDOUT.reading_settings()
+    key = fitting.kept_key(files, settings)
+    assert set(settings) == {"readout", "readout_frames", "readout_choice"}
+    for field in dataclasses.fields(HANDOUT):
+        if field.name in settings:
+            changed = dataclasses.replace(HANDOUT, **{field.name: another_value(field, settings[field.name])})
+            assert fitting.kept_key(files, changed.reading_settings()) != key, field.name
+    constants = fitting.fit_constants()
+    known = {"choice.FLOOR", "choice.L2", "choice.LBFGS_STEPS", "ensemble.PLACE_STEPS", "frames.MOST_WORDS"}
+    assert known | {"frames.MIN_SHARE", "fitting.POOL", "fitting.FIT_PEOPLE", "fitting.FIT_VERSION"} < set(constants)
+    modules = dict(choice=choice, ensemble=ensemble, frames=frames, fitting=fitting)
+    for name, value in constants.items():
+        module, constant = name.split(".")
+        with monkeypatch.context() as patched:
+            patched.setattr(modules[module], constant, value * 2 if not isinstance(value, str) else value + "!")
+            assert fitting.kept_key(files, settings) != key, name
+    assert fitting.kept_key(files, settings) == key
+
+
+def test_a_persons_candidates_give_the_summed_and_the_learned_choice():
+    """The summed choice adds a candidate's scores; of_writers keeps the scores of the writers asked; weights choose."""
+    person = ensemble.Candidates(("Oslo", "", "Lima"), ("Lima", "Oslo"), ((-1.0, -4.0), (-2.0, -2.5)))
+    assert person.summed() == ("Oslo", -4.5)
+    assert person.of_writers([2]) == ensemble.Candidates(("Lima",), ("Lima",), ((-1.0, -4.0),))
+    assert person.of_writers([1]).summed() == ("", -math.inf)
+    assert person.chosen() == person.summed()
+    # a weight per scorer, per writer, then the length: here trusting only the third writer
+    assert person.chosen((0.0, 0.0, 0.0, 0.0, 1.0, 0.0)) == ("Lima", -5.0)
+    assert ensemble.candidate_set(["Oslo", "", "Lima", "Oslo"]) == ("Lima", "Oslo")
 
 
 def test_the_details_are_valid_json_where_no_frame_wrote_a_place():

@@ -152,8 +152,8 @@ def test_confidence_py_writes_details_and_prints_the_summary(trained, tmp_path, 
 def test_the_next_character_view_follows_the_greedy_answer(trained, capsys):
     model, corpus = load(trained, "ft.params")
     question = (trained / "birth_dev.tsv").read_text(encoding="utf-8").split("\t")[0]
-    choices = next_character_choices(model, question + MASK_CHAR, corpus.stoi, corpus.itos, "cpu", 32, 5, MASK_CHAR)
-    greedy = greedy_completions(model, [question + MASK_CHAR], corpus.stoi, corpus.itos, "cpu", 32, MASK_CHAR)[0]
+    choices = next_character_choices(model, question + MASK_CHAR, corpus, "cpu", 32, 5, MASK_CHAR)
+    greedy = greedy_completions(model, [question + MASK_CHAR], corpus, "cpu", 32, MASK_CHAR)[0]
     written = "".join(char for char, _ in choices)
     assert greedy.startswith(written) and written.endswith(MASK_CHAR)
     first = direct_softmax(model, corpus, question + MASK_CHAR)

@@ -135,7 +135,7 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
     Trainer(model, corpus, None, TrainerConfig(max_epochs=300, batch_size=8, learning_rate=3e-3, device="cpu")).train()
     after = probed_recall(model, corpus, pairs, "cpu")
     assert before == (0, 6) and after == (6, 6)
-    per_pair = recalled_places(model, corpus.data, pairs, corpus.stoi, corpus.itos, "cpu")
+    per_pair = recalled_places(model, corpus, pairs, "cpu")
     assert per_pair == [True] * 6 + [None, None]  # Greta's place is not in her document; Hugo has none
     for prompt in (PROBES["biography"], lambda name, _: f"{name}. {name} was born in "):
         assert probed_recall(model, corpus, pairs, "cpu", prompt) == (6, 6)

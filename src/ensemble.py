@@ -1,0 +1,150 @@
+"""
+The frames readout's reading and choosing: "Where was NAME born?" asked in the corpus's own words.
+
+An Ensemble asks a few frames (frames.py) of each person. The greedy continuation of each
+writer frame gives a candidate place; each candidate is then scored by its log-probability
+after every scorer frame. The answer is the candidate the learned choice picks (choice.py),
+or, without its weights, the one whose log-probabilities add up highest.
+"""
+
+import dataclasses
+import math
+
+import torch
+
+import choice
+from dataset import encoded, known_characters
+from decoding import Answer, greedy_completions
+from frames import place_in, prompt
+from utils import eval_mode
+
+PLACE_STEPS = 32  # characters written after a frame, enough for the place
+
+
+def candidate_set(places):
+    """The distinct places written, sorted: a person's candidates."""
+    return tuple(sorted({place for place in places if place}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidates:
+    """One person's candidate places, what wrote them, and how likely each is after each scorer frame."""
+
+    written: tuple  # the place each writer wrote, "" where it wrote none
+    places: tuple  # the candidates (candidate_set)
+    scores: tuple  # per candidate, its log-probability after each scorer frame
+
+    def summed(self):
+        """The candidate whose log-probabilities add up highest, and that sum; ("", -inf) without candidates."""
+        totals = [sum(scores) for scores in self.scores]
+        return max(zip(totals, self.places))[::-1] if self.places else ("", -math.inf)
+
+    def features(self):
+        """What the learned choice reads of each candidate (choice.features)."""
+        return choice.features(self.scores, self.written, self.places)
+
+    def chosen(self, weights=()):
+        """The learned choice's candidate under `weights` and its summed log-probability; without weights, summed()."""
+        if not (weights and self.places):
+            return self.summed()
+        k = choice.chosen(self.features(), weights)
+        return self.places[k], sum(self.scores[k])
+
+    def of_writers(self, ids):
+        """The candidates of the writers `ids` alone, scored as here."""
+        written = tuple(self.written[i] for i in ids)
+        places = candidate_set(written)
+        return Candidates(written, places, tuple(self.scores[self.places.index(place)] for place in places))
+
+
+def written_places(model, corpus, names, frames, skips, device):
+    """For each name, the place that the greedy continuation of each frame names (place_in)."""
+    prompts = [prompt(frame, name) for name in names for frame in frames]
+    written = greedy_completions(model, prompts, corpus, device, PLACE_STEPS)
+    places = [place_in(text, skips) for text in written]
+    return [places[i * len(frames) : (i + 1) * len(frames)] for i in range(len(names))]
+
+
+def padded_ids(rows, length=None):
+    """
+    Rows of ids as one Long tensor of `length` columns (the longest row's by default), each
+    padded at its end with 0. A causal model reads each row's text as if it were alone.
+    """
+    x = torch.zeros(len(rows), length or max(map(len, rows)), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        x[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return x
+
+
+@torch.no_grad()
+def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256):
+    """
+    log P(continuation | prompt) for each pair; -inf where the two do not fit in the block.
+    The rows are batched in order of length, so that little of a batch is padding.
+    """
+    rows = [(encoded(p, corpus.stoi), encoded(c, corpus.stoi)) for p, c in zip(prompts, continuations)]
+    fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
+    by_length = sorted((i for i, fit in enumerate(fits) if fit), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
+    scores = [-math.inf] * len(rows)
+    with eval_mode(model):
+        for start in range(0, len(by_length), batch_size):
+            batch = [rows[i] for i in by_length[start : start + batch_size]]
+            x = padded_ids([p + c for p, c in batch])
+            wanted = torch.zeros(x.shape, dtype=torch.bool)
+            for row, (p, c) in enumerate(batch):
+                wanted[row, len(p) - 1 : len(p) + len(c) - 1] = True
+            logits, _ = model(x[:, :-1].to(device))
+            logprobs = logits.float().log_softmax(-1).gather(2, x[:, 1:, None].to(device))[:, :, 0]
+            summed = (logprobs * wanted[:, :-1].to(device)).sum(1).tolist()
+            for i, score in zip(by_length[start : start + batch_size], summed):
+                scores[i] = score
+    return scores
+
+
+def scored_candidates(model, corpus, names, written, scorers, end, device, places=None):
+    """
+    Each name's Candidates: the places its writers wrote (`written`), or `places` where given,
+    each followed by `end` and scored after every scorer frame.
+    """
+    places = places or [candidate_set(row) for row in written]
+    prompts, texts = [], []
+    for name, options in zip(names, places):
+        for place in options:
+            for frame in scorers:
+                prompts.append(prompt(frame, name))
+                texts.append(known_characters(place + end, corpus.stoi)[0])
+    scores = iter(text_logprobs(model, corpus, prompts, texts, device))
+    return [
+        Candidates(tuple(row), tuple(options), tuple(tuple(next(scores) for _ in scorers) for _ in options))
+        for row, options in zip(written, places)
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ensemble:
+    """The frames a readout asks, and how it chooses among the candidates they give."""
+
+    writers: tuple  # the frames whose greedy continuations give the candidates
+    scorers: tuple  # the frames after which each candidate is scored
+    skips: frozenset = frozenset()  # the date words place_in passes over (frames.Mined)
+    end: str = ","  # what follows a candidate when it is scored
+    weights: tuple = ()  # the learned choice's (choice.py); none: the summed log-probabilities choose
+
+    def candidates(self, model, corpus, names, device):
+        """Each name's Candidates under this ensemble's frames."""
+        written = written_places(model, corpus, names, self.writers, self.skips, device)
+        return scored_candidates(model, corpus, names, written, self.scorers, self.end, device)
+
+    def chosen(self, candidates):
+        """The (answer, its summed log-probability) chosen among each person's candidates."""
+        return [person.chosen(self.weights) for person in candidates]
+
+    def answers(self, model, corpus, names, device):
+        """The readout's decoding.Answer for each name; an empty one where no frame wrote a place."""
+        chosen = self.chosen(self.candidates(model, corpus, names, device))
+        return [Answer(text, score, math.nan, bool(text)) for text, score in chosen]
+
+
+def accuracy(answers, pairs):
+    """The share of (question, place) pairs whose place is the answer."""
+    return sum(answer == place for answer, (_, place) in zip(answers, pairs)) / max(1, len(pairs))
