@@ -204,11 +204,12 @@ def timed_training(function, variant, model, dataset, schedule_examples, recipe,
     cfg = RunConfig(function, variant, "", recipe=recipe)  # the DataLoader workers of run.py's default
     pretraining = function == "pretrain"
     training = dict(
+        pretraining=pretraining,
         epochs=epochs,
         batch_size=recipe.pretrain_batch_size if pretraining else recipe.finetune_batch_size,
-        learning_rate=recipe.pretrain_lr if pretraining else recipe.finetune_lr,
-        final_tokens=recipe.decay_epochs * schedule_examples * BLOCK_SIZE,
-        pretraining=pretraining,
+        lr=recipe.pretrain_lr if pretraining else recipe.finetune_lr,
+        decay_epochs=recipe.decay_epochs,
+        decay_examples=schedule_examples,
     )
     config = trainer_config(cfg, torch.device(device), **training, epoch_end=epoch_end)
     trainer = Trainer(model, dataset, None, config)
@@ -226,8 +227,8 @@ def pretraining_trainer(variant, files, recipe, device):
     set_seed(0)
     model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
     cfg = RunConfig("pretrain", variant, "", recipe=recipe)
-    settings = dict(epochs=1, batch_size=recipe.pretrain_batch_size, learning_rate=recipe.pretrain_lr)
-    config = trainer_config(cfg, torch.device(device), **settings, final_tokens=1, pretraining=True)
+    settings = dict(epochs=1, batch_size=recipe.pretrain_batch_size, lr=recipe.pretrain_lr, decay_epochs=1)
+    config = trainer_config(cfg, torch.device(device), True, **settings, decay_examples=len(pretrain))
     return Trainer(model, pretrain, None, config)
 
 

@@ -72,7 +72,7 @@ def main(argv=None):
         columns = {f"`{os.path.basename(path)}`": read_predictions(path, len(held_out)) for path in args.predictions}
         started = time.process_time()
         with tempfile.TemporaryDirectory() as folder:
-            columns["never pretrained"] = never_pretrained(pipeline.resolved(cfg)[0], folder)
+            columns["never pretrained"] = never_pretrained(pipeline.with_resolved_recipe(cfg)[0], folder)
         seconds = time.process_time() - started
         columns["London for all"] = ["London"] * len(held_out)
         print_split(load_corpus(cfg.pretrain_corpus_path), held_out, columns)

@@ -16,7 +16,7 @@ import sys
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from config import CUDA_CHECKPOINT_MINUTES, RECIPES, Recipe, RunConfig, field_comments, parse_value
+from config import CUDA_CHECKPOINT_MINUTES, FUNCTIONS, RECIPES, REQUIRED, Recipe, RunConfig, field_comments, parse_value
 from distributed import launch_rank
 from errors import RunError
 from model import VARIANTS
@@ -88,7 +88,7 @@ def add_recipe_flags(parser):
         kwargs = dict(default=argparse.SUPPRESS, help=comments.get(field.name))
         if field.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
-        elif "choices" in field.metadata:
+        elif field.metadata["choices"]:
             kwargs["choices"] = field.metadata["choices"]
         else:
             kwargs.update(type=recipe_type(field), metavar=METAVARS.get(field.type, "X"))
@@ -107,7 +107,7 @@ def recipe_epilog():
         values = [getattr(recipe, field.name) for recipe in RECIPES.values()]
         shown = [str(v) if not isinstance(v, tuple) else repr("; ".join(map(str, v))) for v in values]
         lines.append(f"  --{field.name} " + (shown[0] if len(set(shown)) == 1 else " / ".join(shown)))
-    needs = [f"  {function}: {' '.join('--' + n for n in names)}" for function, names in RunConfig.REQUIRED.items()]
+    needs = [f"  {function}: {' '.join('--' + n for n in names)}" for function, names in REQUIRED.items()]
     return "\n".join(lines + ["", "flags each function needs:", *needs])
 
 
@@ -120,7 +120,7 @@ def build_parser(prog="run.py", description=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # a prefix of a recipe field would be taken for another flag
     )
-    p.add_argument("function", choices=list(RunConfig.REQUIRED))
+    p.add_argument("function", choices=FUNCTIONS)
     p.add_argument("variant", choices=VARIANTS)
     p.add_argument("pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary")
     p.add_argument(

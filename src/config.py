@@ -23,26 +23,27 @@ CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA at most (none on the CPU), 
 FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
 HELD_OUT_SEED = 0  # which documents held_out_fraction holds out, and their span corruptions
 STAGE_DATA = ("corpus", "pairs", "corpus+pairs")
+CAPTURED_STEPS = ("auto", "off", "cuda_graph", "compiled", "fused_graph")  # capture.py's ways
 BOOLEANS = {"yes": True, "no": False, "true": True, "false": False, "1": True, "0": False}
 
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """
-    One stage of pretraining: what it trains on, for how long, at what peak rate, on
-    examples shifted how far. What it leaves None is the recipe's. Each stage starts a
-    fresh optimizer (warmed up again) from the params the stage before left.
-    Written as text (run.py --pretrain_stages) as `corpus+pairs epochs=20 lr=0.0003`.
+    One stage of pretraining: what it trains on, for how long, at what peak rate, on examples
+    shifted how far. What it leaves None is the recipe's (the Recipe field whose `stage` names it).
+    Each stage starts a fresh optimizer from the params the stage before left. As text
+    (run.py --pretrain_stages) a stage reads `corpus+pairs epochs=20 lr=0.0003`.
     """
 
     data: str = "corpus+pairs"  # corpus, pairs, or corpus+pairs; the pairs are --mix_corpus_path's
-    epochs: Optional[int] = None  # None: the recipe's pretrain_epochs
-    lr: Optional[float] = None  # the peak learning rate; None: the recipe's pretrain_lr
-    max_shift: Optional[int] = None  # examples start after 0..max_shift pads; None: the recipe's max_shift
-    decay_epochs: Optional[int] = None  # the cosine's half period in epochs; None: the recipe's decay_epochs
+    epochs: Optional[int] = None  # how many epochs
+    lr: Optional[float] = None  # the peak learning rate
+    max_shift: Optional[int] = dataclasses.field(default=None, metadata={"at_least_zero": True})  # 0..max_shift pads
+    decay_epochs: Optional[int] = None  # the cosine's half period in epochs
     pair_copies: int = 1  # the pairs' copies in each epoch (their share of the stage's examples)
-    documents: float = 1.0  # the share of the biographies it trains on (a fixed random subset: a warm-up on fewer)
-    full_names: Optional[bool] = None  # its biographies name their person in full; None: the recipe's full_names
+    documents: float = dataclasses.field(default=1.0, metadata={"at_most": 1})  # the share of the biographies
+    full_names: Optional[bool] = None  # its biographies name their person in full
 
     def __str__(self):
         fields = dataclasses.fields(self)[1:]
@@ -67,6 +68,16 @@ class Stage:
             values[name] = parse_value(kinds[name], value, f"stage {text!r}: {name}")
         return cls(data, **values)
 
+    def check(self, where):
+        """RunError, starting with `where`, for a stage of unknown data or a number out of its range."""
+        if self.data not in STAGE_DATA:
+            raise RunError(f"{where}: its data must be one of {', '.join(STAGE_DATA)}, got {self.data!r}")
+        if not 0 <= self.max_shift <= longest_shift(BLOCK_SIZE):
+            raise RunError(f"{where}: max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {self.max_shift}")
+        for field in dataclasses.fields(self):
+            if field.type in (int, float, Optional[int], Optional[float]):
+                check_number(f"{where}: {field.name}", getattr(self, field.name), **field.metadata)
+
 
 def value_type(annotation):
     """bool, int or float: what a field annotated `annotation` (e.g. Optional[int]) holds."""
@@ -78,111 +89,105 @@ def parse_stages(text):
     return tuple(Stage.parse(part) for part in text.split(";") if part.strip())
 
 
-def size(default):
-    """A Recipe field that shapes the params: a params file's metadata records it, and a run reading them takes it."""
-    return dataclasses.field(default=default, metadata={"size": True})
-
-
-def nonnegative(default):
-    """A Recipe number that may be 0 (the others must be positive)."""
-    return dataclasses.field(default=default, metadata={"nonnegative": True})
-
-
-def choice(*choices, reading=False):
-    """A Recipe field that is one of `choices`, the first by default (reading: see reading_only)."""
-    return dataclasses.field(default=choices[0], metadata={"choices": choices, "reading": reading})
-
-
-def reading_only(default):
-    """A Recipe field that only evaluate reads: training ignores it, and a checkpoint's identity leaves it out."""
-    return dataclasses.field(default=default, metadata={"reading": True})
+def setting(
+    default=None, *, size=False, choices=(), at_least_zero=False, below=None, stage=None, trainer=None, reading=False
+):
+    """
+    A Recipe field's default and what it applies to, said once. size: it shapes the params
+    (their metadata records it, and a run reading them takes it). choices: its values, the
+    first by default. at_least_zero, below: its range (a number is positive otherwise).
+    stage: the Stage field it fills where a stage leaves it None. trainer: the Trainer reads
+    it, in "pretraining", "finetuning" or every "training" (elsewhere it is the default).
+    reading: only evaluate reads it, so a checkpoint's identity leaves it out.
+    """
+    metadata = dict(
+        size=size,
+        choices=choices,
+        at_least_zero=at_least_zero,
+        below=below,
+        stage=stage,
+        trainer=trainer,
+        reading=reading,
+    )
+    return dataclasses.field(default=choices[0] if choices else default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """
     Every training setting, with the handout's as defaults; code sets them with
-    dataclasses.replace. A new setting is one line here: run.py's flag (--dropout 0; a yes/no
-    one as --group_by_length or --no-group_by_length), the checkpoint's identity, the params'
-    metadata and the TrainerConfig (trainer.py) follow from the fields.
+    dataclasses.replace. A new setting is one line here: run.py's flag, the checkpoint's
+    identity, the params' metadata and the Trainer's setting follow from the field.
 
-    The learning rate warms up over warmup_tokens, then follows the course's cosine
-    (floored at 10% of its peak, rising again after its half period; schedule.py) whose
-    half period is decay_epochs epochs of what the stage trains on (block_size tokens per
-    example); finetuning counts epochs of the pretraining corpus, as the course does.
+    The learning rate warms up over warmup_tokens, then follows the course's cosine, floored
+    at 10% of its peak and rising again after its half period (schedule.py). The half period
+    is decay_epochs epochs of what the stage trains on; finetuning counts epochs of the
+    pretraining corpus, as the course does.
     """
 
-    n_layer: int = size(4)  # Transformer blocks
-    n_head: int = size(8)  # attention heads per block
-    n_embd: int = size(256)  # width of every block
-    bottleneck_dim: int = size(32)  # the perceiver's latent length m (the handout's commands pass 64)
-    dropout: float = nonnegative(0.1)  # on the embeddings, the attention and the residual paths
-    pretrain_epochs: int = 650  # a stage's epochs, where it gives none
-    pretrain_batch_size: int = 128  # examples per pretraining step
-    pretrain_lr: float = 6e-3  # a stage's peak learning rate, where it gives none
-    max_shift: int = nonnegative(0)  # a stage's examples start after 0..max_shift pads, where it gives none
-    pretrain_stages: tuple = (Stage(),)  # pretraining, stage by stage (Stage; text: stages separated by ';')
-    full_names: bool = False  # the pretraining biographies name their person in full, not by surname (augment.py)
-    clause_dropout: float = nonnegative(0.0)  # each pretraining example leaves each clause out with this probability
-    held_out_fraction: float = nonnegative(0.0)  # pretraining holds this part of the documents out, scored every epoch
-    finetune_epochs_from_scratch: int = 75  # finetuning epochs without pretrained params
-    finetune_epochs_from_pretrained: int = 10  # finetuning epochs from pretrained params
-    finetune_batch_size: int = 256  # examples per finetuning step
-    finetune_lr: float = 6e-4  # finetuning's peak learning rate
-    finetune_lr_from_scratch: Optional[float] = None  # the peak rate without pretrained params (None: finetune_lr)
-    finetune_frozen: str = ""  # parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)
-    finetune_lm_weight: float = nonnegative(0.0)  # GPT-1's auxiliary loss: this times the question's LM loss
-    finetune_people: str = choice("all", "biography", "name")  # from params: or those they recall from it
-    finetune_lora_rank: int = nonnegative(0)  # from params: train rank-r adapters of the Linear weights alone
-    warmup_tokens: int = nonnegative(512 * 20)  # the learning rate's linear warmup, in training tokens
-    decay_epochs: int = 200  # the cosine's half period, in epochs (where a stage gives none)
-    weight_decay: float = nonnegative(0.1)  # AdamW's, on the parameters decay_groups names
-    decay_groups: str = choice("course", "matmul")  # course: all but the biases; matmul: Linear weights only
-    lr_schedule: str = choice("course", "clamped")  # course: the cosine rises again past its half period; clamped: no
-    precision: str = choice("fp32", "tf32", "bf16", "fp16")  # tf32: TF32 matmuls on CUDA; bf16, fp16: autocast
-    group_by_length: bool = False  # pretraining batches from pools grouped by length (other examples share a step)
-    corrupt_by_epoch: bool = False  # pretraining draws an epoch's span corruptions at once (other draws)
-    full_padding: bool = False  # train on rows padded to the block size, not cut after their last target (speed)
-    fixed_shapes: bool = False  # every batch one shape (CUDA graphs): full width, a short one grown with rows of pads
-    compile: bool = False  # torch.compile the model for training (speed)
-    captured_step: str = choice("auto", "off", "cuda_graph", "compiled", "fused_graph")  # a step replayed on CUDA
-    sequential_decoding: bool = False  # evaluate one question at a time without a KV cache (speed)
-    readout: str = choice("question", "frames", reading=True)  # how evaluate asks: the question, or in mined frames
-    readout_frames: int = reading_only(4)  # frames readout: how many frames write candidate places
-    readout_choice: str = choice("learned", "summed", reading=True)  # frames readout: choice.py's, or likeliest
+    n_layer: int = setting(4, size=True)  # Transformer blocks
+    n_head: int = setting(8, size=True)  # attention heads per block
+    n_embd: int = setting(256, size=True)  # width of every block
+    bottleneck_dim: int = setting(32, size=True)  # the perceiver's latent length m (the handout's commands pass 64)
+    dropout: float = setting(0.1, at_least_zero=True, below=1)  # on the embeddings, the attention and the residuals
+    pretrain_epochs: int = setting(650, stage="epochs")  # a stage's epochs, where it gives none
+    pretrain_batch_size: int = setting(128)  # examples per pretraining step
+    pretrain_lr: float = setting(6e-3, stage="lr")  # a stage's peak learning rate, where it gives none
+    max_shift: int = setting(0, at_least_zero=True, stage="max_shift")  # examples start after 0..max_shift pads
+    pretrain_stages: tuple = setting((Stage(),))  # pretraining, stage by stage (Stage; text: stages separated by ';')
+    full_names: bool = setting(False, stage="full_names")  # the biographies name their person in full (augment.py)
+    clause_dropout: float = setting(0.0, at_least_zero=True, below=1)  # each example leaves each clause out this often
+    held_out_fraction: float = setting(
+        0.0, at_least_zero=True, below=1
+    )  # pretraining holds this share of documents out
+    finetune_epochs_from_scratch: int = setting(75)  # finetuning epochs without pretrained params
+    finetune_epochs_from_pretrained: int = setting(10)  # finetuning epochs from pretrained params
+    finetune_batch_size: int = setting(256)  # examples per finetuning step
+    finetune_lr: float = setting(6e-4)  # finetuning's peak learning rate
+    finetune_lr_from_scratch: Optional[float] = setting()  # the peak rate without pretrained params (None: finetune_lr)
+    finetune_frozen: str = setting("")  # parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)
+    finetune_lm_weight: float = setting(0.0, at_least_zero=True, trainer="finetuning")  # GPT-1's auxiliary loss weight
+    finetune_people: str = setting(choices=("all", "biography", "name"))  # from params: or those they recall
+    finetune_lora_rank: int = setting(0, at_least_zero=True)  # from params: train rank-r adapters of the Linear weights
+    warmup_tokens: int = setting(512 * 20, at_least_zero=True, trainer="training")  # the rate's linear warmup (tokens)
+    decay_epochs: int = setting(200, stage="decay_epochs")  # the cosine's half period, in epochs
+    weight_decay: float = setting(0.1, at_least_zero=True, trainer="training")  # AdamW's, on what decay_groups names
+    decay_groups: str = setting(choices=("course", "matmul"), trainer="training")  # matmul: Linear weights only
+    lr_schedule: str = setting(choices=("course", "clamped"), trainer="training")  # clamped: no rise again
+    precision: str = setting(choices=("fp32", "tf32", "bf16", "fp16"), trainer="training")  # bf16, fp16: autocast
+    group_by_length: bool = setting(False, trainer="pretraining")  # batches from pools grouped by length
+    corrupt_by_epoch: bool = setting(False, trainer="pretraining")  # an epoch's span corruptions drawn at once
+    full_padding: bool = setting(False, trainer="training")  # rows padded to the block, not cut after their targets
+    fixed_shapes: bool = setting(False, trainer="training")  # every batch one shape (CUDA graphs), grown with pad rows
+    compile: bool = setting(False, trainer="training")  # torch.compile the model for training (speed)
+    captured_step: str = setting(
+        None, choices=("auto", "off", "cuda_graph", "compiled", "fused_graph"), trainer="training"
+    )  # a step replayed on CUDA
+    sequential_decoding: bool = setting(False)  # evaluate one question at a time without a KV cache (speed)
+    readout: str = setting(choices=("question", "frames"), reading=True)  # how evaluate asks
+    readout_frames: int = setting(4, reading=True)  # frames readout: how many frames write candidate places
+    readout_choice: str = setting(choices=("learned", "summed"), reading=True)  # choice.py's, or the likeliest
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
+            value, rules = getattr(self, field.name), field.metadata
             if field.type in (int, float) or (field.type == Optional[float] and value is not None):
-                check_number(field.name, value, at_least_zero=field.metadata.get("nonnegative", False))
-            if value not in field.metadata.get("choices", (value,)):
-                raise RunError(f"{field.name} must be one of {', '.join(field.metadata['choices'])}, got {value!r}")
-        for name in ("dropout", "held_out_fraction", "clause_dropout"):
-            if getattr(self, name) >= 1:
-                raise RunError(f"{name} must be below 1, got {getattr(self, name)}")
+                check_number(field.name, value, at_least_zero=rules["at_least_zero"], below=rules["below"])
+            if rules["choices"] and value not in rules["choices"]:
+                raise RunError(f"{field.name} must be one of {', '.join(rules['choices'])}, got {value!r}")
         if not self.pretrain_stages:
             raise RunError("pretrain_stages must hold at least one stage")
         if self.clause_dropout and self.corrupt_by_epoch:
             raise RunError("clause_dropout draws a view per example: it cannot go with corrupt_by_epoch")
         for number, stage in enumerate(self.stages(), 1):
-            where = f"pretraining stage {number} ({stage})"
-            if stage.data not in STAGE_DATA:
-                raise RunError(f"{where}: its data must be one of {', '.join(STAGE_DATA)}, got {stage.data!r}")
-            for name in ("epochs", "lr", "decay_epochs", "pair_copies", "documents"):
-                check_number(f"{where}: {name}", getattr(stage, name))
-            if stage.documents > 1:
-                raise RunError(f"{where}: documents is a share of the corpus, at most 1, got {stage.documents}")
-            if not 0 <= stage.max_shift <= longest_shift(BLOCK_SIZE):
-                raise RunError(f"{where}: max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {stage.max_shift}")
+            stage.check(f"pretraining stage {number} ({stage})")
         unknown = set(self.frozen_parts()) - set(FREEZABLE)
         if unknown:
             raise RunError(f"finetune_frozen: {', '.join(sorted(unknown))} is not one of {', '.join(FREEZABLE)}")
 
     def stages(self):
-        """The pretraining stages with what they leave None filled in from the recipe."""
-        own = dict(epochs=self.pretrain_epochs, lr=self.pretrain_lr, max_shift=self.max_shift)
-        own.update(decay_epochs=self.decay_epochs, full_names=self.full_names)
+        """The pretraining stages, what they leave None filled in from the recipe."""
+        own = {f.metadata["stage"]: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["stage"]}
         return [
             dataclasses.replace(stage, **{k: v for k, v in own.items() if getattr(stage, k) is None})
             for stage in self.pretrain_stages
@@ -193,13 +198,22 @@ class Recipe:
         return any(stage.uses_pairs for stage in self.pretrain_stages)
 
     def training_settings(self):
-        """{field: value} of the fields training reads (a checkpoint's identity), the stages as text."""
-        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.metadata.get("reading")}
+        """The fields training reads, by name, the stages as text: a checkpoint's identity."""
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.metadata["reading"]}
         return settings | dict(pretrain_stages="; ".join(map(str, self.pretrain_stages)))
 
     def reading_settings(self):
-        """{field: value} of the fields only evaluate reads: a kept readout's settings."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("reading")}
+        """The fields only evaluate reads, by name: a kept readout's settings."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["reading"]}
+
+    def trainer_settings(self, pretraining):
+        """The fields the Trainer reads, by name; those of the other kind of training at their defaults (off)."""
+        kinds = ("training", "pretraining" if pretraining else "finetuning")
+        return {
+            f.name: getattr(self, f.name) if f.metadata["trainer"] in kinds else f.default
+            for f in dataclasses.fields(self)
+            if f.metadata["trainer"]
+        }
 
     def frozen_parts(self):
         """The model's parts that finetuning leaves as they are (finetune_frozen's list)."""
@@ -230,11 +244,14 @@ class Recipe:
             )
 
 
-def check_number(name, value, at_least_zero=False):
+def check_number(name, value, at_least_zero=False, below=None, at_most=None):
+    """RunError unless `value` is a finite number in its range: positive (or at least 0), below or at most a bound."""
     if not (isinstance(value, (int, float)) and math.isfinite(value)):
         raise RunError(f"{name} must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and not at_least_zero):
         raise RunError(f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}")
+    if (below is not None and value >= below) or (at_most is not None and value > at_most):
+        raise RunError(f"{name} must be {f'below {below}' if below is not None else f'at most {at_most}'}, got {value}")
 
 
 def parse_value(kind, text, where=""):
@@ -310,6 +327,14 @@ RECIPES = {
 DEMO_VARIANT = "rope"
 
 
+FUNCTIONS = ("pretrain", "finetune", "evaluate")
+
+
+def path(role, needed_by=()):
+    """A RunConfig path: a file the run reads ("input") or writes ("output"), which the functions `needed_by` need."""
+    return dataclasses.field(default=None, metadata=dict(role=role, needed_by=needed_by))
+
+
 @dataclasses.dataclass
 class RunConfig:
     """
@@ -320,14 +345,14 @@ class RunConfig:
 
     function: str  # "pretrain", "finetune" or "evaluate"
     variant: str  # "vanilla", "perceiver", "synthesizer" or "rope"
-    pretrain_corpus_path: str  # its characters are the vocabulary, in every function
-    reading_params_path: Optional[str] = None
-    writing_params_path: Optional[str] = None
-    finetune_corpus_path: Optional[str] = None
-    eval_corpus_path: Optional[str] = None
-    outputs_path: Optional[str] = None
-    details_path: Optional[str] = None  # evaluate: a line of JSON per answer with its confidence
-    mix_corpus_path: Optional[str] = None  # pretrain: question<TAB>place pairs, the stages' "pairs"
+    pretrain_corpus_path: str = dataclasses.field(metadata=dict(role="input"))  # its characters are the vocabulary
+    reading_params_path: Optional[str] = path("input", needed_by=("evaluate",))
+    writing_params_path: Optional[str] = path("output", needed_by=("pretrain", "finetune"))
+    finetune_corpus_path: Optional[str] = path("input", needed_by=("finetune",))
+    eval_corpus_path: Optional[str] = path("input", needed_by=("evaluate",))
+    outputs_path: Optional[str] = path("output", needed_by=("evaluate",))
+    details_path: Optional[str] = path("output")  # evaluate: a line of JSON per answer with its confidence
+    mix_corpus_path: Optional[str] = path("input")  # pretrain: question<TAB>place pairs, the stages' "pairs"
     recipe: Recipe = HANDOUT
     recipe_name: str = "handout"
     given: frozenset = frozenset()  # the recipe fields the command line set
@@ -341,14 +366,13 @@ class RunConfig:
     tensorboard_root: str = "expt"  # relative to the working directory
     command: str = ""  # the command line, recorded in the params' metadata
 
-    INPUTS = ("pretrain_corpus_path", "reading_params_path", "finetune_corpus_path", "eval_corpus_path")
-    INPUTS += ("mix_corpus_path",)
-    OUTPUTS = ("writing_params_path", "outputs_path", "details_path")
-    REQUIRED = {
-        "pretrain": ("writing_params_path",),
-        "finetune": ("writing_params_path", "finetune_corpus_path"),
-        "evaluate": ("reading_params_path", "eval_corpus_path", "outputs_path"),
-    }
+
+INPUTS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("role") == "input")
+OUTPUTS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("role") == "output")
+REQUIRED = {
+    function: tuple(f.name for f in dataclasses.fields(RunConfig) if function in f.metadata.get("needed_by", ()))
+    for function in FUNCTIONS
+}
 
 
 def default_num_workers(device):

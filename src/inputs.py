@@ -11,7 +11,7 @@ import tempfile
 
 import torch
 
-from config import BLOCK_SIZE, HELD_OUT_SEED
+from config import BLOCK_SIZE, HELD_OUT_SEED, INPUTS, OUTPUTS, REQUIRED
 from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
 from distributed import launch_rank
 from errors import RunError
@@ -85,11 +85,11 @@ def vocabulary(corpus):
 
 def check_config(cfg):
     """What can be said wrong before anything is read: the function's paths, their sense, the stages' data."""
-    if cfg.function not in cfg.REQUIRED:
+    if cfg.function not in REQUIRED:
         raise RunError(f"function must be pretrain, finetune or evaluate, got {cfg.function!r}")
     if cfg.variant not in VARIANTS:
         raise RunError(f"variant must be one of {', '.join(VARIANTS)}, got {cfg.variant!r}")
-    missing = [f"--{name}" for name in cfg.REQUIRED[cfg.function] if not getattr(cfg, name)]
+    missing = [f"--{name}" for name in REQUIRED[cfg.function] if not getattr(cfg, name)]
     if missing:
         raise RunError(f"{cfg.function} needs {' and '.join(missing)}")
     if cfg.mix_corpus_path and cfg.function != "pretrain":
@@ -98,11 +98,11 @@ def check_config(cfg):
         check_stages(cfg)
     if cfg.function == "evaluate" and cfg.recipe.readout == "frames":
         check_frames_inputs(cfg)
-    inputs = {os.path.realpath(resolve_data_path(getattr(cfg, n))): n for n in cfg.INPUTS if getattr(cfg, n)}
-    outputs = [os.path.realpath(getattr(cfg, n)) for n in cfg.OUTPUTS if getattr(cfg, n)]
+    inputs = {os.path.realpath(resolve_data_path(getattr(cfg, n))): n for n in INPUTS if getattr(cfg, n)}
+    outputs = [os.path.realpath(getattr(cfg, n)) for n in OUTPUTS if getattr(cfg, n)]
     if len(set(outputs)) < len(outputs):
-        raise RunError(f"two outputs are one file ({', '.join(cfg.OUTPUTS)} must differ)")
-    for name in cfg.OUTPUTS:
+        raise RunError(f"two outputs are one file ({', '.join(OUTPUTS)} must differ)")
+    for name in OUTPUTS:
         path = getattr(cfg, name)
         if path and os.path.realpath(path) in inputs:
             raise RunError(

@@ -4,7 +4,7 @@ for a config.RunConfig, with no argparse inside. run.py is a thin command line o
 these; the research scripts call them with their own configurations
 and on_epoch_end hooks (probes, snapshots).
 
-How a run flows: run.py's argv becomes a RunConfig (arguments.py); prepared() checks it
+How a run flows: run.py's argv becomes a RunConfig (arguments.py); checked_run() checks it
 (inputs.py), reads the metadata of the params it starts from and resolves the recipe
 (config.resolve_recipe); pretrain runs the recipe's stages one after another, each
 building the model, carrying the params of the stage before, and training it with a
@@ -30,7 +30,7 @@ from torch.utils.data import ConcatDataset
 import adapters
 import checkpoint
 from augment import viewed
-from config import BLOCK_SIZE, CUDA_CHECKPOINT_MINUTES, RunConfig, default_num_workers, resolve_recipe
+from config import BLOCK_SIZE, CUDA_CHECKPOINT_MINUTES, INPUTS, RunConfig, default_num_workers, resolve_recipe
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from errors import RunError
 from evaluation import PROBES, Evaluation, details_lines, probed_recall, rank_answers, recalled_pairs
@@ -46,18 +46,18 @@ logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def prepared(cfg):
+def checked_run(cfg):
     """
     What every function does first: the checks, the writer's lock, the device, and the
     recipe resolved against the metadata of the params read. Yields (cfg with that recipe, that metadata, device).
     """
     check_config(cfg)
-    cfg, metadata = resolved(cfg)
+    cfg, metadata = with_resolved_recipe(cfg)
     with writer_lock(cfg):
         yield cfg, metadata, start_device(cfg)
 
 
-def resolved(cfg):
+def with_resolved_recipe(cfg):
     """(cfg, its recipe resolved against the metadata of the params it reads; that metadata or None): once a run."""
     metadata = read_metadata(cfg.reading_params_path) if cfg.reading_params_path else None
     return dataclasses.replace(cfg, recipe=resolve_recipe(cfg, metadata)), metadata
@@ -91,7 +91,7 @@ def writer_lock(cfg):
 
 
 @dataclasses.dataclass
-class Setup:
+class CorpusAndModel:
     """What a training or an evaluation starts from: the corpus (the vocabulary) and the seeded model."""
 
     corpus: object  # dataset.CharCorruptionDataset
@@ -112,12 +112,12 @@ def build(cfg, metadata, max_shift=0, state=None):
     elif cfg.reading_params_path:
         check_vocabulary(cfg.reading_params_path, metadata, vocabulary(corpus), cfg.pretrain_corpus_path)
         load_fitting_params(model, cfg.reading_params_path, cfg.variant, cfg.pretrain_corpus_path, cfg.function)
-    return Setup(corpus, model)
+    return CorpusAndModel(corpus, model)
 
 
 def load(cfg):
-    """(Setup, device) of cfg, its params read, the model on its device: what scripts and tests build a model with."""
-    setup, device = build(*resolved(cfg)), start_device(cfg)
+    """(CorpusAndModel, device) of cfg, its params read, the model on its device: how scripts and tests load one."""
+    setup, device = build(*with_resolved_recipe(cfg)), start_device(cfg)
     setup.model.to(device)
     return setup, device
 
@@ -134,27 +134,25 @@ def run_identity(cfg, dataset, vocab_size, stage=1):
     """What a checkpoint belongs to: the whole recipe, the function, variant and seed, the inputs and the stage."""
     recipe = cfg.recipe.training_settings()
     run = dict(function=cfg.function, variant=cfg.variant, seed=cfg.seed, stage=stage)
-    inputs = {name: getattr(cfg, name) for name in cfg.INPUTS} | dict(examples=len(dataset), vocab_size=vocab_size)
+    inputs = {name: getattr(cfg, name) for name in INPUTS} | dict(examples=len(dataset), vocab_size=vocab_size)
     return json.loads(json.dumps(recipe | run | inputs))
 
 
-def trainer_config(cfg, device, epochs, batch_size, learning_rate, final_tokens, pretraining, **more):
+def trainer_config(cfg, device, pretraining, epochs, batch_size, lr, decay_epochs, decay_examples, **more):
     """
-    The TrainerConfig of a training under cfg's recipe: every Recipe field by name, the
-    pretraining-only ones off when finetuning (the benchmark times exactly this). On CUDA,
-    where an epoch takes a fraction of a second, a checkpoint every few minutes, not every epoch.
+    The TrainerConfig of one training under cfg's recipe: the Recipe fields the Trainer reads,
+    and this training's own settings under the course's names (the benchmark times exactly
+    this). The cosine's half period is decay_epochs epochs of decay_examples examples. On
+    CUDA, where an epoch takes a fraction of a second, a checkpoint every few minutes.
     """
-    r, cuda = cfg.recipe, device.type == "cuda"
+    cuda = device.type == "cuda"
     return TrainerConfig(
-        r,
+        **cfg.recipe.trainer_settings(pretraining),
         max_epochs=epochs,
         batch_size=batch_size,
-        learning_rate=learning_rate,
+        learning_rate=lr,
         lr_decay=True,
-        final_tokens=final_tokens,
-        group_by_length=r.group_by_length and pretraining,
-        corrupt_by_epoch=r.corrupt_by_epoch and pretraining,
-        finetune_lm_weight=0.0 if pretraining else r.finetune_lm_weight,
+        final_tokens=decay_epochs * decay_examples * BLOCK_SIZE,
         num_workers=cfg.num_workers if cfg.num_workers is not None else default_num_workers(device),
         device=device,
         data_seed=cfg.seed,
@@ -175,15 +173,17 @@ def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epo
         torch.manual_seed(cfg.seed + 1 + rank)
     writer = TensorBoardLog(cfg, f"_stage{stage}" if stage > 1 else "") if rank == 0 else None
     metadata = params_metadata(cfg, setup.corpus)
-    so_far = EpochEnd(
+    stage_start = EpochEnd(
         epochs_before, setup.model, setup.corpus, device, writer, cfg.writing_params_path, metadata, seconds_before
     )
-    epoch_hooks = EpochHooks(hooks, so_far)
-    identity, path = run_identity(cfg, dataset, setup.corpus.vocab_size, stage), cfg.writing_params_path + ".ckpt"
-    config = trainer_config(
-        cfg, device, **training, writer=writer, epoch_end=epoch_hooks, checkpoint_path=path,
-        resume_from=saved, run_identity=identity, params_metadata=metadata,
-    )  # fmt: skip
+    epoch_hooks = EpochHooks(hooks, stage_start)
+    checkpointing = dict(
+        checkpoint_path=cfg.writing_params_path + ".ckpt",
+        resume_from=saved,
+        run_identity=run_identity(cfg, dataset, setup.corpus.vocab_size, stage),
+        params_metadata=metadata,
+    )
+    config = trainer_config(cfg, device, **training, **checkpointing, writer=writer, epoch_end=epoch_hooks)
     try:
         Trainer(setup.model, dataset, None, config).train()
     finally:
@@ -203,7 +203,7 @@ def saved_checkpoint(cfg):
     return saved
 
 
-def finish(cfg, setup):
+def write_params(cfg, setup):
     """Write the params and their metadata (rank 0); the checkpoint goes unless keep_checkpoint."""
     if launch_rank() == 0:
         save_params_with_metadata(setup.model, cfg.writing_params_path, params_metadata(cfg, setup.corpus))
@@ -221,7 +221,7 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     the params the stage before left, and trains it with a fresh optimizer on its data.
     The params go to writing_params_path; on_epoch_end hooks run on rank 0 after every epoch.
     """
-    with prepared(cfg) as (cfg, metadata, device):
+    with checked_run(cfg) as (cfg, metadata, device):
         stages, saved = cfg.recipe.stages(), saved_checkpoint(cfg)
         first = min(max(1, int((saved["run_identity"] or {}).get("stage", 1))), len(stages)) if saved else 1
         state, epochs, seconds = None, 0, 0.0
@@ -231,13 +231,12 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
                 continue
             setup = build(cfg, metadata, stage.max_shift, state)
             dataset, hooks = stage_data(cfg, setup.corpus, stage, on_epoch_end)
-            final_tokens = stage.decay_epochs * len(dataset) * BLOCK_SIZE
-            training = dict(epochs=stage.epochs, batch_size=cfg.recipe.pretrain_batch_size, pretraining=True)
-            training.update(learning_rate=stage.lr, final_tokens=final_tokens)
+            training = dict(pretraining=True, epochs=stage.epochs, batch_size=cfg.recipe.pretrain_batch_size)
+            training.update(lr=stage.lr, decay_epochs=stage.decay_epochs, decay_examples=len(dataset))
             resumed = saved if number == first else None
             epochs, seconds = train(cfg, setup, dataset, device, hooks, training, number, resumed, epochs, seconds)
             state = setup.model.state_dict()
-        finish(cfg, setup)
+        write_params(cfg, setup)
 
 
 def stage_data(cfg, corpus, stage, hooks):
@@ -268,7 +267,7 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
     training every weight but the frozen parts, or low-rank adapters merged in at the end.
     examples(corpus, pairs), if given, makes the (x, y) examples it trains on from the (question, place) pairs.
     """
-    with prepared(cfg) as (cfg, metadata, device):
+    with checked_run(cfg) as (cfg, metadata, device):
         setup = build(cfg, metadata)
         r = cfg.recipe
         freeze(setup.model, r.frozen_parts())
@@ -281,13 +280,12 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
             adapters.add(setup.model, r.finetune_lora_rank)
         epochs = r.finetune_epochs_from_pretrained if pretrained else r.finetune_epochs_from_scratch
         lr = r.finetune_lr if pretrained or r.finetune_lr_from_scratch is None else r.finetune_lr_from_scratch
+        training = dict(pretraining=False, epochs=epochs, batch_size=r.finetune_batch_size, lr=lr)
         # decay_epochs count epochs of the pretraining corpus, as in the course's code
-        final_tokens = r.decay_epochs * len(setup.corpus) * BLOCK_SIZE
-        training = dict(epochs=epochs, batch_size=r.finetune_batch_size, learning_rate=lr, final_tokens=final_tokens)
-        training.update(pretraining=False)
+        training.update(decay_epochs=r.decay_epochs, decay_examples=len(setup.corpus))
         train(cfg, setup, dataset, device, on_epoch_end, training, saved=saved_checkpoint(cfg))
         adapters.merge(setup.model)
-        finish(cfg, setup)
+        write_params(cfg, setup)
 
 
 def keep_recalled(setup, dataset, prompt, device):
@@ -318,7 +316,7 @@ def evaluate(cfg: RunConfig) -> Evaluation:
     outputs_path (rank 0), scored where the file has answers; with details_path, also a line
     of JSON per question (details_lines).
     """
-    with prepared(cfg) as (cfg, metadata, device):
+    with checked_run(cfg) as (cfg, metadata, device):
         setup = build(cfg, metadata)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
         share = rank_answers(cfg, metadata, setup.corpus, setup.model.to(device), rows, device)

@@ -25,7 +25,6 @@ only); in one process SIGINT or SIGTERM stop after the step in progress with one
 """
 
 import contextlib
-import dataclasses
 import logging
 import random
 import signal
@@ -57,10 +56,10 @@ COURSE_NO_DECAY = ("bias", "LayerNorm.weight")  # the course's AdamW rule: names
 
 class TrainerConfig:
     """
-    Optimisation settings. The class attributes are the course's defaults and this project's
-    controls; recipe=, a config.Recipe, adds every one of its fields by name (a new Recipe
-    field reaches the Trainer with no other line); every other kwarg becomes an attribute and
-    wins. Without a recipe, the Recipe fields that are not attributes here are the handout's.
+    Optimisation settings: the course's, under its names and with its defaults, and this
+    project's controls. Every kwarg becomes an attribute. The project passes the Recipe fields
+    the Trainer reads (Recipe.trainer_settings) by their Recipe names; without them they are
+    the handout's, but for weight_decay and warmup_tokens, which keep the course's defaults.
     """
 
     # the course's
@@ -76,7 +75,7 @@ class TrainerConfig:
     ckpt_path = None  # where to save the model's state_dict after every epoch, or None
     num_workers = 0
     writer = None  # a torch.utils.tensorboard.SummaryWriter, or None
-    # this project's controls (its settings are config.Recipe's fields)
+    # this project's controls
     device = "auto"  # "auto", "cuda", "mps" or "cpu"
     micro_batch_size = None  # rows per forward pass (None: CPU_MICRO_BATCH on the CPU, else all)
     fused_adamw = None  # None: fused on CUDA and the CPU, where PyTorch has a fused AdamW
@@ -90,12 +89,10 @@ class TrainerConfig:
     data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
     epoch_end = None  # called as epoch_end(epochs_done) on every rank after each epoch, e.g. to probe the model
 
-    def __init__(self, recipe=None, **kwargs):
-        for field in dataclasses.fields(recipe or HANDOUT):
-            if recipe is not None or not hasattr(self, field.name):
-                setattr(self, field.name, getattr(recipe or HANDOUT, field.name))
-        for k, v in kwargs.items():
-            setattr(self, k, v)
+    def __init__(self, **kwargs):
+        handout = {k: v for k, v in HANDOUT.trainer_settings(pretraining=True).items() if not hasattr(TrainerConfig, k)}
+        for name, value in (handout | kwargs).items():
+            setattr(self, name, value)
 
 
 def parameter_groups(model, weight_decay, groups="course"):

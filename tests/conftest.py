@@ -117,7 +117,7 @@ def another_value(field, value):
     """A valid value of the Recipe field other than `value`; a field of a type not foreseen here fails the test."""
     from config import Stage
 
-    if "choices" in field.metadata:
+    if field.metadata["choices"]:
         return next(choice for choice in field.metadata["choices"] if choice != value)
     if field.type is bool:
         return not value

@@ -11,7 +11,7 @@ import torch
 import checkpoint
 import params
 import pipeline
-from config import CUDA_CHECKPOINT_MINUTES, HANDOUT, Recipe, RunConfig
+from config import CUDA_CHECKPOINT_MINUTES, HANDOUT, INPUTS, Recipe, RunConfig
 from conftest import TINY, another_value, checkpoint_steps, one_line_error
 from dataset import CharCorruptionDataset
 from errors import RunError
@@ -39,7 +39,7 @@ def test_the_identity_covers_every_recipe_field_by_construction():
         )
         changed = {key for key in base if other[key] != base[key]}
         assert changed == (set() if field.name in reading else {field.name}), field.name
-    run = {"function", "variant", "seed", "stage", "examples", "vocab_size", *RunConfig.INPUTS}
+    run = {"function", "variant", "seed", "stage", "examples", "vocab_size", *INPUTS}
     assert set(base) == {f.name for f in fields} - reading | run
     assert base["pretrain_stages"] == "corpus+pairs" and base["stage"] == 1 and base["examples"] == 2937
     # the run's own: the function, variant and seed, the inputs and data, the stage
@@ -119,7 +119,7 @@ def test_params_never_keep_another_runs_facts(tmp_path, monkeypatch):
 
 def test_on_cuda_the_checkpoint_comes_every_few_minutes_and_at_the_end_not_every_epoch(tiny_world, tmp_path):
     """A handout epoch on a GPU takes a fraction of a second; a 40 MB checkpoint after each would be a large share."""
-    setting = dict(epochs=1, batch_size=8, learning_rate=1e-3, final_tokens=1, pretraining=True)
+    setting = dict(pretraining=True, epochs=1, batch_size=8, lr=1e-3, decay_epochs=1, decay_examples=1)
     cuda = pipeline.trainer_config(CFG, torch.device("cuda"), **setting)
     assert (cuda.checkpoint_every_epoch, cuda.checkpoint_minutes) == (False, CUDA_CHECKPOINT_MINUTES)
     asked = pipeline.trainer_config(dataclasses.replace(CFG, checkpoint_minutes=5), torch.device("cuda"), **setting)

@@ -88,7 +88,7 @@ def test_a_stage_can_train_on_a_fixed_share_of_the_biographies(tiny_world):
     assert pipeline.stage_data(cfg, corpus, stage, [])[0].data == subset.data  # the same people every epoch and run
     other_seed = pipeline.stage_data(dataclasses.replace(cfg, seed=1), corpus, stage, [])[0]
     assert other_seed.data != subset.data
-    with pytest.raises(RunError, match=r"documents is a share of the corpus, at most 1, got 2.0"):
+    with pytest.raises(RunError, match=r"documents must be at most 1, got 2.0"):
         Recipe(pretrain_stages=parse_stages("corpus documents=2"))
 
 

@@ -284,12 +284,16 @@ def test_test_dataset_loss_is_reported(names, tmp_path):
 
 
 def test_a_new_recipe_field_reaches_the_trainer_and_the_checkpoint(tiny_world, tmp_path, monkeypatch):
-    """A field added to (a copy of) Recipe is in the TrainerConfig of a real run, and in its checkpoint's identity."""
+    """
+    A field added to (a copy of) Recipe, said to be read by the Trainer, is in the TrainerConfig of a
+    real run under its own name, and in its checkpoint's identity.
+    """
     import pipeline
-    from config import RunConfig
+    from config import RunConfig, setting
 
+    field = setting(7, trainer="training")
     extended = dataclasses.make_dataclass(
-        "Extended", [("new_setting", int, dataclasses.field(default=7))], bases=(type(HANDOUT),), frozen=True
+        "Extended", [("new_setting", int, field)], bases=(type(HANDOUT),), frozen=True
     )
     seen = []
 
