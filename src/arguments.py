@@ -16,10 +16,11 @@ import sys
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from config import CUDA_CHECKPOINT_MINUTES, FUNCTIONS, RECIPES, REQUIRED, Recipe, RunConfig, field_comments, parse_value
+from config import CUDA_CHECKPOINT_MINUTES, FUNCTIONS, RECIPES, REQUIRED, Recipe, RunConfig, parse_stages
 from distributed import launch_rank
 from errors import RunError
 from model import VARIANTS
+from setting_fields import field_comments, parse_value
 from trainer import TrainingInterrupted
 
 
@@ -67,12 +68,12 @@ METAVARS = {int: "N", str: "TEXT", tuple: "STAGES"}  # and X for a number that m
 
 
 def recipe_type(field):
-    """argparse's type for a Recipe field: its values parsed as config.parse_value does, errors in one line."""
+    """argparse's type for a Recipe field: its text parsed as the stages or a plain value, errors in one line."""
     kind = float if "float" in str(field.type) else field.type
 
     def parse(text):
         try:
-            return parse_value(kind, text)
+            return parse_stages(text) if kind is tuple else parse_value(kind, text)
         except RunError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 

@@ -5,14 +5,12 @@ or evaluate run is given (pipeline.py runs it).
 """
 
 import dataclasses
-import inspect
-import math
 import os
-import re
 from typing import Optional
 
 from dataset import longest_shift
 from errors import RunError
+from setting_fields import check_number, parse_value, path, setting, value_type
 
 BLOCK_SIZE = 128
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
@@ -24,7 +22,6 @@ FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
 HELD_OUT_SEED = 0  # which documents held_out_fraction holds out, and their span corruptions
 STAGE_DATA = ("corpus", "pairs", "corpus+pairs")
 CAPTURED_STEPS = ("auto", "off", "cuda_graph", "compiled", "fused_graph")  # capture.py's ways
-BOOLEANS = {"yes": True, "no": False, "true": True, "false": False, "1": True, "0": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +55,11 @@ class Stage:
     @classmethod
     def parse(cls, text):
         """A Stage from its text: the data, then NAME=VALUE for the fields it sets."""
-        data, *settings = text.split()
+        data, *assignments = text.split()
         kinds = {f.name: value_type(f.type) for f in dataclasses.fields(cls)[1:]}
         values = {}
-        for setting in settings:
-            name, _, value = setting.partition("=")
+        for assignment in assignments:
+            name, _, value = assignment.partition("=")
             if name not in kinds:
                 raise RunError(f"stage {text!r}: {name!r} is not one of {', '.join(kinds)}")
             values[name] = parse_value(kinds[name], value, f"stage {text!r}: {name}")
@@ -79,37 +76,9 @@ class Stage:
                 check_number(f"{where}: {field.name}", getattr(self, field.name), **field.metadata)
 
 
-def value_type(annotation):
-    """bool, int or float: what a field annotated `annotation` (e.g. Optional[int]) holds."""
-    return next(kind for kind in (bool, int, float) if kind.__name__ in str(annotation))
-
-
 def parse_stages(text):
     """The stages of run.py's --pretrain_stages: Stage texts separated by ';'."""
     return tuple(Stage.parse(part) for part in text.split(";") if part.strip())
-
-
-def setting(
-    default=None, *, size=False, choices=(), at_least_zero=False, below=None, stage=None, trainer=None, reading=False
-):
-    """
-    A Recipe field's default and what it applies to, said once. size: it shapes the params
-    (their metadata records it, and a run reading them takes it). choices: its values, the
-    first by default. at_least_zero, below: its range (a number is positive otherwise).
-    stage: the Stage field it fills where a stage leaves it None. trainer: the Trainer reads
-    it, in "pretraining", "finetuning" or every "training" (elsewhere it is the default).
-    reading: only evaluate reads it, so a checkpoint's identity leaves it out.
-    """
-    metadata = dict(
-        size=size,
-        choices=choices,
-        at_least_zero=at_least_zero,
-        below=below,
-        stage=stage,
-        trainer=trainer,
-        reading=reading,
-    )
-    return dataclasses.field(default=choices[0] if choices else default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,37 +213,6 @@ class Recipe:
             )
 
 
-def check_number(name, value, at_least_zero=False, below=None, at_most=None):
-    """RunError unless `value` is a finite number in its range: positive (or at least 0), below or at most a bound."""
-    if not (isinstance(value, (int, float)) and math.isfinite(value)):
-        raise RunError(f"{name} must be a finite number, got {value!r}")
-    if value < 0 or (value == 0 and not at_least_zero):
-        raise RunError(f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}")
-    if (below is not None and value >= below) or (at_most is not None and value > at_most):
-        raise RunError(f"{name} must be {f'below {below}' if below is not None else f'at most {at_most}'}, got {value}")
-
-
-def parse_value(kind, text, where=""):
-    """`text` as a value of the type `kind` (bool, int, float, str, or the stages' tuple); `where` starts the error."""
-    if kind is tuple:
-        return parse_stages(text)
-    try:
-        return BOOLEANS[text.lower()] if kind is bool else kind(text)
-    except (KeyError, ValueError):
-        what = f"{text!r} is not a{'n' if kind is int else ''} {kind.__name__}"
-        what += f" ({', '.join(BOOLEANS)})" if kind is bool else ""
-        raise RunError(f"{where}: {what}" if where else what) from None
-
-
-def field_comments(cls):
-    """{field: its one-line comment} from the class's source: the --help of run.py's recipe flags."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return {}
-    return dict(re.findall(r"^    (\w+): [^\n=]+=[^\n#]*#\s*([^\n]+)$", source, re.M))
-
-
 HANDOUT = Recipe()
 RECIPES = {
     "handout": HANDOUT,
@@ -328,11 +266,6 @@ DEMO_VARIANT = "rope"
 
 
 FUNCTIONS = ("pretrain", "finetune", "evaluate")
-
-
-def path(role, needed_by=()):
-    """A RunConfig path: a file the run reads ("input") or writes ("output"), which the functions `needed_by` need."""
-    return dataclasses.field(default=None, metadata=dict(role=role, needed_by=needed_by))
 
 
 @dataclasses.dataclass

@@ -1,0 +1,75 @@
+"""
+How a setting is declared and read: a dataclass field's metadata (what it applies to, its
+range), its value from text, and its one-line comment as help.
+"""
+
+import dataclasses
+import inspect
+import math
+import re
+
+from errors import RunError
+
+BOOLEANS = {"yes": True, "no": False, "true": True, "false": False, "1": True, "0": False}
+
+
+def setting(
+    default=None, *, size=False, choices=(), at_least_zero=False, below=None, stage=None, trainer=None, reading=False
+):
+    """
+    A Recipe field's default and what it applies to, said once. size: it shapes the params
+    (their metadata records it, and a run reading them takes it). choices: its values, the
+    first by default. at_least_zero, below: its range (a number is positive otherwise).
+    stage: the Stage field it fills where a stage leaves it None. trainer: the Trainer reads
+    it, in "pretraining", "finetuning" or every "training" (elsewhere it is the default).
+    reading: only evaluate reads it, so a checkpoint's identity leaves it out.
+    """
+    metadata = dict(
+        size=size,
+        choices=choices,
+        at_least_zero=at_least_zero,
+        below=below,
+        stage=stage,
+        trainer=trainer,
+        reading=reading,
+    )
+    return dataclasses.field(default=choices[0] if choices else default, metadata=metadata)
+
+
+def path(role, needed_by=()):
+    """A RunConfig path: a file the run reads ("input") or writes ("output"), which the functions `needed_by` need."""
+    return dataclasses.field(default=None, metadata=dict(role=role, needed_by=needed_by))
+
+
+def value_type(annotation):
+    """bool, int or float: what a field annotated `annotation` (e.g. Optional[int]) holds."""
+    return next(kind for kind in (bool, int, float) if kind.__name__ in str(annotation))
+
+
+def check_number(name, value, at_least_zero=False, below=None, at_most=None):
+    """RunError unless `value` is a finite number in its range: positive (or at least 0), below or at most a bound."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value)):
+        raise RunError(f"{name} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not at_least_zero):
+        raise RunError(f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}")
+    if (below is not None and value >= below) or (at_most is not None and value > at_most):
+        raise RunError(f"{name} must be {f'below {below}' if below is not None else f'at most {at_most}'}, got {value}")
+
+
+def parse_value(kind, text, where=""):
+    """`text` as a value of the type `kind` (bool, int, float or str); `where` starts the error."""
+    try:
+        return BOOLEANS[text.lower()] if kind is bool else kind(text)
+    except (KeyError, ValueError):
+        what = f"{text!r} is not a{'n' if kind is int else ''} {kind.__name__}"
+        what += f" ({', '.join(BOOLEANS)})" if kind is bool else ""
+        raise RunError(f"{where}: {what}" if where else what) from None
+
+
+def field_comments(cls):
+    """{field: its one-line comment} from the class's source: the --help of run.py's recipe flags."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    return dict(re.findall(r"^    (\w+): [^\n=]+=[^\n#]*#\s*([^\n]+)$", source, re.M))
