@@ -34,7 +34,7 @@ import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from config import RECIPES, Recipe, RunConfig
-from dataset import PAD_CHAR, NameDataset, known_characters, name_of
+from dataset import PAD_CHAR, NameDataset, encoded, known_characters, name_of
 from decoding import predict_places
 from distributed import exit_process
 from ensemble import accuracy
@@ -85,7 +85,7 @@ class FramedPairs(torch.utils.data.Dataset):
         asked, trained = self.rows[idx]
         text = (asked + trained).ljust(self.block_size, PAD_CHAR)
         target = PAD_CHAR * (len(asked) - 1) + text[len(asked) :]
-        return tuple(torch.tensor([self.stoi[c] for c in row], dtype=torch.long) for row in (text[:-1], target))
+        return tuple(torch.tensor(encoded(row, self.stoi), dtype=torch.long) for row in (text[:-1], target))
 
 
 def rehearsed(corpus, pairs):
@@ -141,7 +141,7 @@ def main(argv=None):
         print(f"writers: {', '.join(ensemble.writers)}\nscorers: {', '.join(ensemble.scorers)}")
         print(f"choice: {args.choice}\n")
         print("| run | frames readout, last 400 | the handout question, last 400 | CPU s |\n| --- | --- | --- | --- |")
-        names = [name_of(question) for question, _ in checking]
+        names = frames.names_in(checking)
         questions = [known_characters(question, corpus.stoi)[0] for question, _ in checking]  # as finetuning reads them
         with tempfile.TemporaryDirectory() as folder:
             fitting_path = os.path.join(folder, "train1600.tsv")

@@ -1,19 +1,12 @@
 """
-The library API of a run: pretrain(cfg), finetune(cfg), evaluate(cfg) and recall(cfg)
-for a config.RunConfig, with no argparse inside. run.py is a thin command line over
-these; the research scripts call them with their own configurations
-and on_epoch_end hooks (probes, snapshots).
+The library API of a run: pretrain(cfg), finetune(cfg), evaluate(cfg) and recall(cfg) for a
+config.RunConfig, with no argparse inside. run.py is a thin command line over these, and the
+research scripts call them with their own configurations and on_epoch_end hooks.
 
-How a run flows: run.py's argv becomes a RunConfig (arguments.py); checked_run() checks it
-(inputs.py), reads the metadata of the params it starts from and resolves the recipe
-(config.resolve_recipe); pretrain runs the recipe's stages one after another, each
-building the model, carrying the params of the stage before, and training it with a
-Trainer (trainer.py); the last writes the params and their metadata (params.py).
-
-Every problem a run reports in one line is a RunError, caught only by the command line.
-pretrain and finetune keep a resumable checkpoint at <writing_params_path>.ckpt (after every
-epoch, on CUDA every few minutes instead; trainer_config); resume=True continues from it. Under
-torchrun every rank runs the same call with DistributedDataParallel; rank 0 alone writes.
+A run is checked first and its recipe resolved against the params it reads. pretrain then
+runs the recipe's stages one after another, each a Trainer on the params the stage before
+left; the last writes the params and their metadata. Training keeps a resumable checkpoint at
+<writing_params_path>.ckpt. Under torchrun every rank runs the same call, and rank 0 alone writes.
 """
 
 import contextlib
@@ -48,8 +41,8 @@ logger = logging.getLogger(__name__)
 @contextlib.contextmanager
 def checked_run(cfg):
     """
-    What every function does first: the checks, the writer's lock, the device, and the
-    recipe resolved against the metadata of the params read. Yields (cfg with that recipe, that metadata, device).
+    What every function does first: check the run, resolve its recipe, take the writer's lock
+    and start the device. Yields the resolved cfg, the metadata of the params read, and the device.
     """
     check_config(cfg)
     cfg, metadata = with_resolved_recipe(cfg)
@@ -58,7 +51,7 @@ def checked_run(cfg):
 
 
 def with_resolved_recipe(cfg):
-    """(cfg, its recipe resolved against the metadata of the params it reads; that metadata or None): once a run."""
+    """cfg with its recipe resolved against the metadata of the params it reads, and that metadata (or None)."""
     metadata = read_metadata(cfg.reading_params_path) if cfg.reading_params_path else None
     return dataclasses.replace(cfg, recipe=resolve_recipe(cfg, metadata)), metadata
 
@@ -99,10 +92,7 @@ class CorpusAndModel:
 
 
 def build(cfg, metadata, max_shift=0, state=None):
-    """
-    The corpus and the seeded model of cfg's resolved recipe, with `state` or else the params
-    at reading_params_path in it, whose metadata is `metadata` (load(cfg) from a bare cfg).
-    """
+    """The corpus and the seeded model of cfg's resolved recipe, holding `state` or else the params cfg reads."""
     corpus = load_corpus(cfg.pretrain_corpus_path, max_shift)
     r = cfg.recipe
     set_seed(cfg.seed)
@@ -116,7 +106,7 @@ def build(cfg, metadata, max_shift=0, state=None):
 
 
 def load(cfg):
-    """(CorpusAndModel, device) of cfg, its params read, the model on its device: how scripts and tests load one."""
+    """The corpus and model of cfg, its params read and the model on the device, and that device."""
     setup, device = build(*with_resolved_recipe(cfg)), start_device(cfg)
     setup.model.to(device)
     return setup, device
@@ -164,9 +154,8 @@ def trainer_config(cfg, device, pretraining, epochs, batch_size, lr, decay_epoch
 
 def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epochs_before=0, seconds_before=0.0):
     """
-    Train the setup's model on the dataset with trainer_config(cfg, device, **training),
-    keeping the checkpoint, going on from the `saved` one if given. Returns (epochs, seconds)
-    trained, counted on from epochs_before and seconds_before: where a later stage goes on from.
+    Train the setup's model on the dataset, going on from the `saved` checkpoint if given.
+    Returns the epochs and seconds trained, counted on from the stages before: where the next goes on.
     """
     rank, world_size = rank_and_world_size()
     if world_size > 1:  # every rank draws the same data (seeded with the model) but its own dropout
@@ -216,10 +205,9 @@ def write_params(cfg, setup):
 
 def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     """
-    Span-corruption pretraining, going on from reading_params_path if given, stage after
-    stage of the recipe's pretrain_stages (config.Stage): each builds the model again, with
-    the params the stage before left, and trains it with a fresh optimizer on its data.
-    The params go to writing_params_path; on_epoch_end hooks run on rank 0 after every epoch.
+    Span-corruption pretraining, stage after stage of the recipe's pretrain_stages, going on
+    from reading_params_path if given. Each stage trains a fresh optimizer on the params the
+    stage before left; on_epoch_end hooks run on rank 0 after every epoch.
     """
     with checked_run(cfg) as (cfg, metadata, device):
         stages, saved = cfg.recipe.stages(), saved_checkpoint(cfg)
@@ -241,10 +229,8 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
 
 def stage_data(cfg, corpus, stage, hooks):
     """
-    (what the stage trains on, its epoch hooks): the corpus less any held-out part (and
-    only the stage's share of its documents, drawn with the run's seed), as the stage's
-    views of it (augment.py: its full_names, the recipe's clause_dropout), and pair_copies
-    copies of the mixed pairs.
+    What the stage trains on, and its epoch hooks. The corpus loses any held-out part and
+    keeps the stage's share of its documents; the mixed pairs come pair_copies times.
     """
     parts, hooks = [], list(hooks)
     if "corpus" in stage.data and cfg.recipe.held_out_fraction:
@@ -262,10 +248,8 @@ def stage_data(cfg, corpus, stage, hooks):
 
 def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
     """
-    Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path;
-    from params, on every pair or on those whose place the params recall (finetune_people),
-    training every weight but the frozen parts, or low-rank adapters merged in at the end.
-    examples(corpus, pairs), if given, makes the (x, y) examples it trains on from the (question, place) pairs.
+    Birthplace finetuning on finetune_corpus_path, from scratch or from reading_params_path.
+    `examples(corpus, pairs)`, if given, makes the (x, y) examples it trains on from the pairs.
     """
     with checked_run(cfg) as (cfg, metadata, device):
         setup = build(cfg, metadata)
@@ -300,9 +284,8 @@ def keep_recalled(setup, dataset, prompt, device):
 
 def freeze(model, parts):
     """
-    Leave the model's parameters in `parts` (config.FREEZABLE names: a parameter belongs to
-    "ln" when a part of its dotted name starts with ln, to the others when one equals it) out
-    of training: they get no gradient, so AdamW neither moves nor decays them.
+    Leave the parameters of the model's `parts` (config.FREEZABLE) out of training: they get no
+    gradient, so AdamW neither moves nor decays them. "ln" is every part whose name starts with ln.
     """
     for name, parameter in model.named_parameters():
         components = name.split(".")
@@ -312,15 +295,14 @@ def freeze(model, parts):
 
 def evaluate(cfg: RunConfig) -> Evaluation:
     """
-    Answers to eval_corpus_path (the recipe's readout: evaluation.rank_answers), written to
-    outputs_path (rank 0), scored where the file has answers; with details_path, also a line
-    of JSON per question (details_lines).
+    Answer eval_corpus_path's questions by the recipe's readout and write them to outputs_path,
+    with a line of JSON per answer to details_path if given; scored where the file has answers.
     """
     with checked_run(cfg) as (cfg, metadata, device):
         setup = build(cfg, metadata)
         rows = read_pairs(cfg.eval_corpus_path, "evaluation corpus")
-        share = rank_answers(cfg, metadata, setup.corpus, setup.model.to(device), rows, device)
-        answers = gather_interleaved(share, len(rows))
+        this_rank = rank_answers(cfg, metadata, setup.corpus, setup.model.to(device), rows, device)
+        answers = gather_interleaved(this_rank, len(rows))
         predictions = [answer.text for answer in answers]
         places = [place for _, _, place in rows] if rows and rows[0][2] is not None else None
         if rank_and_world_size()[0] == 0:
@@ -334,9 +316,8 @@ def evaluate(cfg: RunConfig) -> Evaluation:
 
 def recall(cfg: RunConfig, prompt=PROBES["biography"]):
     """
-    (recalled, probed): how many birthplaces of eval_corpus_path's people the params at
-    reading_params_path complete after `prompt` (evaluation.PROBES: from their biographies
-    in the corpus, from their names alone, or from their questions; evaluation.probed_recall).
+    How many birthplaces of eval_corpus_path's people the params complete after `prompt`
+    (evaluation.PROBES), and how many people were probed.
     """
     missing = [f"--{name}" for name in ("reading_params_path", "eval_corpus_path") if not getattr(cfg, name)]
     if missing:

@@ -1,27 +1,19 @@
 """
-The training loop shared by pretraining and finetuning (minGPT's Trainer, as the course has it).
+The training loop shared by pretraining and finetuning: minGPT's Trainer, as the course has it.
 
-By default it optimises exactly as the course's trainer does: AdamW, weight decay on every
-parameter whose name contains neither "bias" nor "LayerNorm.weight" (here only the biases
-escape it), the course's warmup and cosine by tokens seen (schedule.py), gradient-norm
-clipping, fp32. decay_groups="matmul" (nanoGPT's) and lr_schedule="clamped" are switches;
-the decay groups alone cost the course's recipe most of its accuracy (docs/optimisation.md).
+By default it optimises exactly as the course's trainer does: AdamW with weight decay on all
+but the biases, the course's warmup and cosine by tokens seen (schedule.py), gradient-norm
+clipping, fp32. Other decay groups and schedules are switches, because the decay groups alone
+cost the course's recipe most of its accuracy (docs/optimisation.md).
 
-How a step's loss adds up (gradient_step): every forward pass adds its mean loss times its
-share of the global batch's real targets, times the number of ranks (whose gradients
-DistributedDataParallel averages). So a batch cut into passes (batching.py), split over
-ranks, or scored with GPT-1's auxiliary loss (finetune_lm_weight > 0: the question's
-characters, a second kind of target; objective.py) has the gradient of the batch's mean loss.
-Exact savings, on by default: batches cut after their last real target, CPU passes of
-rows of similar length, the fused AdamW, an epoch's data drawn at once, the loss read back
-only every log_every steps (loss_tally.py). With fixed_shapes a step reads nothing back, so
-that it can be captured as one CUDA graph (captured_step, capture.py).
+Every forward pass adds its mean loss times its share of the global batch's targets, times
+the number of ranks, whose gradients DDP averages. So a batch cut into passes, split over
+ranks, or scored with an auxiliary loss still has the gradient of the batch's mean loss.
+The exact savings are on by default (batching.py, loss_tally.py), and a step that reads
+nothing back can be captured as one CUDA graph (capture.py).
 
-A non-finite loss stops training (RunError naming the step) where the loss is read back
-next, before anything from that step on is written. With checkpoint_path, the state_dict
-is written (checkpoint.py) every checkpoint_minutes and after every epoch (or the last
-only); in one process SIGINT or SIGTERM stop after the step in progress with one
-(TrainingInterrupted); resume_from, a checkpoint read back, goes on exactly where it stopped.
+A non-finite loss stops training with a RunError before anything from that step is written.
+SIGINT or SIGTERM stop after the step in progress, with a checkpoint to resume from.
 """
 
 import contextlib
@@ -97,9 +89,8 @@ class TrainerConfig:
 
 def parameter_groups(model, weight_decay, groups="course"):
     """
-    AdamW's two groups, decayed and not. "course": by name, as the course's trainer
-    does, every parameter but those whose name contains "bias" or "LayerNorm.weight";
-    "matmul": only the weights of Linear layers (nanoGPT's choice).
+    AdamW's two groups, decayed and not. "course" decays by name, as the course's trainer does;
+    "matmul" decays only the weights of Linear layers, as nanoGPT does.
     """
     if groups == "course":
         decayed = {name for name, _ in model.named_parameters() if not any(nd in name for nd in COURSE_NO_DECAY)}
@@ -112,9 +103,8 @@ def parameter_groups(model, weight_decay, groups="course"):
 
 def course_adamw(model, config, device):
     """
-    The course's AdamW (parameter_groups), fused where PyTorch has it (fused_adamw None); for a
-    captured step capturable, its rate a tensor on the device that the scheduler writes in place
-    (capture.rate_in_tensor).
+    The course's AdamW, fused where PyTorch has it. For a captured step it is capturable, and
+    its rate is a tensor on the device that the scheduler writes in place.
     """
     fused = device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
     capture = rate_in_tensor(way_for(config, device), device, fused)
@@ -210,11 +200,7 @@ class Trainer:
             self.bar.close()  # before any error is said, so that it gets a line of its own
 
     def run_epoch(self, caught):
-        """
-        One epoch (the rest of it when resuming): the steps, the loss for the bar and
-        TensorBoard every log_every steps, timed checkpoints and stopping on a signal, then
-        the epoch's mean loss, the test loss, epoch_end and the epoch's checkpoint.
-        """
+        """One epoch, or the rest of it when resuming, then what follows an epoch: its losses, hooks and checkpoint."""
         c, epoch = self.config, self.epoch
         self.model.train()
         self.epoch_random_state = random.getstate()
@@ -261,9 +247,8 @@ class Trainer:
 
     def train_step(self, x, y):
         """
-        One optimizer step on a global batch x, y (B, T) on the device, captured or not
-        (capture.py): (the step's learning rate, this rank's part of the batch's loss as a
-        device scalar, not read back). Then the next step's rate and the non-finite check, on the device.
+        One optimizer step on a global batch, captured or not (capture.py). Returns the step's
+        learning rate and this rank's part of the loss, a device scalar that is not read back.
         """
         loss = self.descend(x, y)
         lr = self.config.learning_rate * self.schedule.factor(self.step)
@@ -274,11 +259,9 @@ class Trainer:
 
     def gradient_step(self, x, y):
         """
-        The passes' forward and backward, the clipping and AdamW on x, y: this rank's part of the
-        batch's loss. Every pass adds its loss over each kind of target times its share of the
-        global batch's targets of that kind, times the ranks (see the module's docstring). Cut
-        batches come on the host, where their passes are planned, and go to the device pass by
-        pass; batches of one width come on the device, and nothing here waits for it.
+        Forward and backward over the batch's passes, then clipping and AdamW; returns this rank's
+        part of the loss. Cut batches come on the host, where their passes are planned; batches
+        of one width come on the device, and nothing here waits for it.
         """
         totals = [to_device(self.device, n) for n in self.objective.counts(x, y)]
         x, y, counted = rank_rows(x, y, self.rank, self.world_size)
@@ -300,9 +283,8 @@ class Trainer:
 
     def timed_checkpoint_due(self, logged):
         """
-        Whether checkpoint_minutes have passed since the last checkpoint. Under torchrun one
-        decision for every rank, whose clocks differ (the checkpoint's read-back is collective):
-        taken after the steps whose loss is read back (`logged`), due when any rank's clock says so.
+        Whether checkpoint_minutes have passed since the last checkpoint. Under torchrun the
+        ranks decide together, after a step whose loss is read back, because their clocks differ.
         """
         c = self.config
         if not (c.checkpoint_path and c.checkpoint_minutes) or (self.world_size > 1 and not logged):
