@@ -1,13 +1,9 @@
 """
-The frames readout's choice among a person's candidate places, learned on the training people.
+The frames readout's learned choice among a person's candidate places.
 
-The summed score takes the candidate whose log-probabilities after the scorer frames add up
-highest. The learned choice scores each candidate by a linear function of its features
-(features): its log-probability after each scorer frame, which writers wrote it, and its
-length. The weights are those of a softmax over each training person's candidates that
-picks the person's place, fitted (L-BFGS, an L2 penalty on the standardised weights) on the
-training people whose place is among their candidates (fitted_weights); answering takes the
-candidate of the highest score (chosen).
+Each candidate is scored by a linear function of its features: its log-probability after each
+scorer frame, which writers wrote it, and its length. The weights are fitted, as a softmax
+over each training person's candidates, to pick the person's place.
 """
 
 import torch
@@ -19,9 +15,8 @@ LBFGS_STEPS = 500  # the most iterations of the fit
 
 def features(scores, written, places):
     """
-    (len(places), scorers + writers + 1) float64 tensor: for each candidate place, its
-    log-probability after each scorer frame (`scores`, a tuple per place; floored at FLOOR),
-    whether each writer wrote it (`written`, the place each writer wrote), and its length.
+    A float64 row per candidate place: its log-probability after each scorer frame (floored at
+    FLOOR), whether each writer wrote it, and its length.
     """
     rows = [[*score, *(float(w == place) for w in written), float(len(place))] for score, place in zip(scores, places)]
     width = (len(scores[0]) if scores else 0) + len(written) + 1
