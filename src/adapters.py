@@ -1,10 +1,7 @@
 """
-Low-rank adapters (LoRA, Hu et al. 2021) for a lighter finetuning (Recipe.finetune_lora_rank):
-every Linear weight W of the model is trained as W + B A, with W frozen, A (rank, in)
-drawn small and B (out, rank) zero, so that finetuning starts from the pretrained model
-exactly. Everything else (embeddings, LayerNorms, biases) stays frozen. Built on
-torch.nn.utils.parametrize; merge() folds B A into W, so that the params file is the
-plain state_dict of the model, as every other.
+Low-rank adapters (LoRA, Hu et al. 2021) for a lighter finetuning (Recipe.finetune_lora_rank): every Linear
+weight W is trained as W + B A, W frozen and B zero at first, so that finetuning starts from the pretrained
+model. merge() folds B A into W, so that the params file is a plain state_dict like every other.
 """
 
 import math

@@ -1,21 +1,9 @@
 """
-The attention variants of the assignment.
-
-Every variant maps a sequence of embeddings to a sequence of the same width and
-is causal: output position i only ever sees input positions <= i. All of them run
-through torch.nn.functional.scaled_dot_product_attention (SDPA), which picks a fused
-kernel where the hardware has one.
-
-- CausalSelfAttention: multi-head masked self-attention (minGPT).
-- CausalCrossAttention: queries from one sequence, keys and values from another,
-  with the causal mask aligned to the top-left corner; the building block of the
-  Perceiver-AR-style bottleneck in model.py.
-- SynthesizerAttention: scores come from a per-position MLP of each input alone,
-  not from query-key dot products (Tay et al., "Synthesizer", 2020).
-
-With config.rope, CausalSelfAttention rotates its queries and keys by their positions
-(rotary position embeddings, Su et al., "RoFormer", 2021; the course's 2024 edition):
-a query-key score then depends on the two positions only through their distance.
+The attention variants of the assignment, all causal and all run through PyTorch's
+scaled_dot_product_attention (SDPA), which picks a fused kernel where the hardware has one:
+- CausalSelfAttention: minGPT's masked multi-head self-attention, with rotary embeddings under config.rope;
+- CausalCrossAttention: queries from one sequence, keys and values from another (model.py's perceiver);
+- SynthesizerAttention: scores from a per-position MLP, not from query-key dot products.
 """
 
 import torch
@@ -36,10 +24,7 @@ def merge_heads(y):
 
 
 def precompute_rotary_emb(dim, max_positions):
-    """
-    The rotary table: (max_positions, dim // 2, 2), entry [t, i] = (cos(t θ_i), sin(t θ_i))
-    with θ_i = 10000^(-2i / dim) for i = 0 .. dim/2 - 1 (dim is the head dimension).
-    """
+    """The rotary table (max_positions, dim // 2, 2) of (cos(t θ_i), sin(t θ_i)), θ_i = 10000^(-2i / dim)."""
     theta = 10000.0 ** (-torch.arange(0, dim // 2, dtype=torch.float32) * 2 / dim)  # (dim/2,)
     angles = torch.arange(max_positions, dtype=torch.float32)[:, None] * theta[None, :]  # (T, dim/2)
     return torch.stack([angles.cos(), angles.sin()], dim=-1)
@@ -47,9 +32,8 @@ def precompute_rotary_emb(dim, max_positions):
 
 def apply_rotary_emb(x, rope_cache):
     """
-    Rotate each consecutive pair (x[..., 2i], x[..., 2i+1]) of x (B, n_head, T, head_dim),
-    read as the complex number x[2i] + j x[2i+1], by the angle t θ_i of its position t,
-    the row t of rope_cache (the first T rows are used; slice the table to start elsewhere).
+    Rotate each pair (x[2i], x[2i+1]) of x (B, n_head, T, head_dim), as the complex number x[2i] + j x[2i+1],
+    by the angle t θ_i of its position t, read from row t of rope_cache (slice it to start elsewhere).
     """
     T = x.size(-2)
     cos, sin = rope_cache[:T].unbind(-1)  # (T, head_dim/2) each
@@ -59,10 +43,7 @@ def apply_rotary_emb(x, rope_cache):
 
 
 def extend_cache(module, cache, *tensors):
-    """
-    With a decoding cache (a dict, see model.KVCache), append this call's keys/values
-    (B, nh, T, hs) to those the module saw before and return all of them.
-    """
+    """With a cache (model.KVCache), this call's keys and values (B, nh, T, hs) appended to those cached before."""
     if cache is None:
         return tensors
     if module in cache:
@@ -73,10 +54,8 @@ def extend_cache(module, cache, *tensors):
 
 def causal_attention(q, k, v, q_start=0, bias=None, dropout_p=0.0, scale=None):
     """
-    SDPA where query i sits at position q_start + i and key j at position j, and a
-    query sees the keys at or before its own position; `bias` (T_kv,) is added to
-    the scores of every query. q_start is 0 in training and the number of positions
-    already decoded when decoding with a cache.
+    SDPA where query i sits at position q_start + i and sees the keys up to its own position, with `bias`
+    (T_kv,) added to every query's scores. q_start is the number of positions already decoded, or 0.
     """
     if q_start == 0 and bias is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
@@ -88,15 +67,8 @@ def causal_attention(q, k, v, q_start=0, bias=None, dropout_p=0.0, scale=None):
 
 class CausalCrossAttention(nn.Module):
     """
-    Multi-head attention of a query sequence over a key/value sequence.
-
-    forward(x_kv, x_q): x_kv is (B, T_kv, C), x_q is (B, T_q, C) or (1, T_q, C);
-    a batch-1 query (such as a learned basis) is shared by every batch element.
-    Query i attends to key/value positions 0..i (the top-left causal mask, which
-    also holds when T_q != T_kv). Returns (B, T_q, C).
-
-    When decoding with a cache, x_kv holds only the new key/value positions and
-    q_start is the position of the first query.
+    Multi-head attention of queries from x_q over keys and values from x_kv, query i seeing key positions 0..i
+    even where T_q != T_kv. A query of batch size 1 (a learned basis) serves the whole batch.
     """
 
     def __init__(self, config):
@@ -126,21 +98,14 @@ class CausalCrossAttention(nn.Module):
 
 def register_course_mask(module, block_size):
     """
-    The course's attention modules keep their causal mask as a buffer, so it is part
-    of their state_dict. The same buffer here (SDPA masks on its own) keeps .params
-    files interchangeable with the course's code in both directions.
+    Register the course's causal mask buffer, which SDPA does not need: it is part of the course's
+    state_dicts, so .params files stay interchangeable with the course's code both ways.
     """
     module.register_buffer("mask", torch.ones(block_size, block_size).tril().view(1, 1, block_size, block_size))
 
 
 class CausalSelfAttention(CausalCrossAttention):
-    """
-    Masked multi-head self-attention: forward(x) with x of shape (B, T, C).
-
-    With config.rope, queries and keys are rotated by their positions (apply_rotary_emb)
-    before the scores; the table is the buffer rope_cache, as in the course's 2024 code.
-    Keys are cached rotated, at their own positions.
-    """
+    """Masked self-attention; with config.rope, rotary embeddings (Su et al., 2021) as in the course's 2024 code."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -165,19 +130,10 @@ class CausalSelfAttention(CausalCrossAttention):
 
 class SynthesizerAttention(nn.Module):
     """
-    Dense Synthesizer attention. Per head i, with X of shape (T, d):
+    Dense Synthesizer attention (Tay et al., 2020): Y_i = softmax(ReLU(X A_i + b1) B + b2) (X V_i) per head i.
 
-        Y_i = softmax(ReLU(X A_i + b1) B + b2) (X V_i)      (causally masked)
-
-    A_i and b1 are head i's slice of w1 = Linear(d, d); B = w2 of shape
-    (d/h, block_size-1) and b2 of shape (block_size-1) map each position's hidden
-    vector straight to scores over the first T positions. The parameter names and
-    shapes are the course's, so its .params files load.
-
-    The scores ReLU(X A_i + b1) @ w2[:, :T] are a dot product of per-position
-    "queries" with learned per-position "keys" w2[:, :T].T, and b2 is an additive
-    bias per key position, so the whole thing runs through SDPA with scale 1.
-    Sequences may be at most block_size-1 long: the datasets' inputs are exactly that.
+    A_i and b1 are head i's slice of w1, B is w2[:, :T]; the names and shapes are the course's, so its .params
+    files load. The columns of w2 act as learned keys and b2 as a bias per key, so SDPA runs it with scale 1.
     """
 
     def __init__(self, config):

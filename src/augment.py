@@ -1,18 +1,7 @@
 """
-Other views of the pretraining biographies, made from their own text alone (Recipe's
-full_names, which a pretraining stage may also set for itself, and clause_dropout): the
-levers that try to key a stored birthplace to the person's name, which is all a question
+Other views of the pretraining biographies, made from their own text alone (Recipe's full_names and
+clause_dropout): levers that try to key a stored birthplace to the person's name, which is all a question
 gives. Each corpus line is "NAME. biography".
-
-- full_names: the biography names its person in full where it names them by surname
-  alone, or by He or She starting a sentence (after Allen-Zhu and Li's "fullname"
-  augmentation), e.g. "Stanley Corrsin. Corrsin was born ..." -> "... Stanley Corrsin was
-  born ...". A surname after another name ("Joshua Toulmin Smith", a relative) or a particle
-  of the name ("van Bredael") stays, and so do the pronouns inside a sentence, which may be
-  someone else's.
-- clause_dropout: every example of a biography leaves each of its clauses (the text
-  between commas and full stops) out with this probability, drawn anew each time, so
-  each epoch sees another sub-sampled view; the name (the title) always stays.
 """
 
 import random
@@ -24,13 +13,17 @@ CLAUSE_END = re.compile(r"(?<=[,.;]) ")
 
 
 def split_title(document):
-    """(the person's name, the biography after it) of a corpus line "NAME. biography"."""
+    """Split a corpus line "NAME. biography" into the person's name and the biography."""
     title, _, body = document.partition(". ")
     return title, body
 
 
 def full_named(document):
-    """The document with its person named in full for every lone surname and sentence-starting He/She."""
+    """
+    The document with its person named in full for each lone surname and each He or She starting a sentence
+    (Allen-Zhu and Li's "fullname"). A surname after another name or a particle ("van Bredael") stays, and so
+    do pronouns mid-sentence, which may be someone else's.
+    """
     title, body = split_title(document)
     name = title.split()
     if not body or len(name) < 2 or "%" in title or "," in title:  # one word, spelt otherwise, or titled
@@ -57,7 +50,7 @@ def clause_view(document, dropout, rng=random):
 
 
 class ClauseViews(Dataset):
-    """The corpus's span-corruption examples (x, y), each of a fresh clause_view of its document."""
+    """The corpus's span-corruption examples, each of a fresh clause_view: every epoch sees another sub-sample."""
 
     def __init__(self, corpus, dropout):
         self.corpus, self.dropout = corpus, dropout

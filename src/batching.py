@@ -1,10 +1,9 @@
 """
 How examples become the batches a step trains on, on the CPU.
 
-Every model here is causal and the loss ignores pad targets (id 0), so a batch can be
-cut after its last real target, and split into passes of rows of similar length,
-without changing its mean loss or gradient (the trainer weighs each pass by its share
-of the batch's targets).
+Every model here is causal and the loss ignores pad targets (id 0), so a batch can be cut after its last real
+target, and split into passes of rows of similar length, without changing its mean loss or gradient (the
+trainer weighs each pass by its share of the batch's targets).
 """
 
 import math
@@ -22,10 +21,9 @@ LENGTH_GROUPING_POOL = 16  # with group_by_length, batches per pool of examples 
 
 def leave_stop_signals_to_the_main_process(worker_id):
     """
-    A DataLoader worker takes SIGTERM as it takes a Ctrl-C: it ends quietly, and the main
-    process, which gets the same signal when it is sent to the whole process group, stops
-    after its step and writes its checkpoint (a worker killed by SIGTERM would end the run
-    with the DataLoader's error instead).
+    A DataLoader worker takes SIGTERM as a Ctrl-C and ends quietly, instead of ending the run with the
+    DataLoader's error. The main process, signalled with the process group, stops after its step and writes
+    its checkpoint.
     """
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
@@ -37,7 +35,7 @@ def real_lengths(y):
 
 
 def to_device(device, t):
-    """A tensor on the training device (as it is if there); from the CPU to CUDA through pinned memory, not waiting."""
+    """The tensor on `device`, copied from the CPU to CUDA through pinned memory without waiting."""
     if t.device.type == "cpu" and device.type == "cuda":
         t = t.pin_memory()
     return t.to(device, non_blocking=True)
@@ -45,17 +43,10 @@ def to_device(device, t):
 
 class EpochBatches:
     """
-    The global batches (x, y) of an epoch, in an order fixed by the epoch's seed.
-
-    A whole epoch is drawn at once into one (N, T) tensor, from a DataLoader (with workers,
-    each example with its own seed, and the next epoch drawn while this one trains) or from
-    the dataset's corrupt_all (corrupt_by_epoch). With group_by_length, pools of
-    LENGTH_GROUPING_POOL batches are split into batches of similar length (bucket_rows);
-    the same examples share a batch whatever the batches' width. By default each batch is
-    cut after its last real target and stays on the host, where its passes are planned.
-    full_padding keeps the rows at the block size, as the course's are; fixed_shapes (and a
-    captured step) also grows the short last batch with rows of pads, so that every batch
-    has one shape. Batches of one width are copied to the device once an epoch, as slices.
+    The global batches (x, y) of an epoch, drawn all at once from a DataLoader or the dataset's corrupt_all,
+    in an order fixed by the epoch's seed. Batches are cut after their last real target unless full_padding
+    keeps the block size, as the course's. fixed_shapes (or a captured step) also pads the short last batch,
+    so that every batch has one shape.
     """
 
     def __init__(self, dataset, config, device=None):
@@ -90,9 +81,8 @@ class EpochBatches:
 
     def epoch(self, seed, start=0, next_seed=None):
         """
-        The epoch's global batches (x, y), each (B, T) on the device (cut ones: on the host),
-        from batch `start` on, drawn with a generator seeded with `seed`; with workers, epoch
-        `next_seed` (if not None) is drawn in the background meanwhile.
+        The epoch's batches (B, T) from batch `start` on, drawn with `seed`, on the device (cut ones stay on
+        the host); with workers, epoch `next_seed` is drawn in the background meanwhile.
         """
         ahead, self.ahead = self.ahead, None
         drawn = ahead.result() if ahead is not None else None  # a draw in the background uses the generator
@@ -105,10 +95,7 @@ class EpochBatches:
             yield x[rows, :width], y[rows, :width]
 
     def drawn(self, seed):
-        """
-        The epoch drawn: its examples x, y (N, T) on the CPU, in the order drawn, and its
-        batches [(rows, width)]: a slice or an index tensor of rows, and the batch's width.
-        """
+        """The epoch drawn with `seed`: examples x, y (N, T) on the CPU, and each batch's rows and width, in order."""
         self.generator.manual_seed(seed)
         if self.keys is not None:
             self.keys.draw(self.generator)
@@ -137,7 +124,7 @@ class EpochBatches:
 
 
 class DrawnAhead:
-    """EpochBatches.drawn(seed) in a thread of its own (its workers do the drawing), for when the epoch is due."""
+    """EpochBatches.drawn(seed) run in a thread of its own (its workers do the drawing) while an epoch trains."""
 
     def __init__(self, batches, seed):
         self.seed, self.value, self.error = seed, None, None
@@ -158,11 +145,7 @@ class DrawnAhead:
 
 
 class EpochKeys(Sampler):
-    """
-    The epoch's examples in their order, each with the seed its span corruption is drawn with:
-    (index, seed) keys drawn from the epoch's generator, so that the epoch is the same whichever
-    worker process draws it and however many epochs the workers ran before (a resumed run).
-    """
+    """The epoch's (index, seed) keys from its generator: the same epoch whichever worker draws it, resumed or not."""
 
     def __init__(self, size):
         self.size, self.keys = size, []
@@ -180,7 +163,7 @@ class EpochKeys(Sampler):
 
 
 class SeededItems(Dataset):
-    """`dataset` read by (index, seed) keys: the item at index drawn after seeding Python's random with seed."""
+    """`dataset` read by (index, seed) keys: each item drawn after seeding Python's random with its seed."""
 
     def __init__(self, dataset):
         self.dataset = dataset
@@ -196,10 +179,8 @@ class SeededItems(Dataset):
 
 def bucket_rows(lengths, batch_size, generator=None):
     """
-    A pool of examples of these (N,) real lengths split into batches of similar length:
-    [(rows, width)], each batch's rows and its longest row's length. The full batches come
-    in random order (ties in length broken at random), then a short remainder batch of
-    randomly chosen examples, as a DataLoader would end an epoch.
+    Split a pool of examples with these (N,) real lengths into batches of similar length, each its rows and
+    width, in random order; a short batch of random rows comes last, as a DataLoader's would.
     """
     order = torch.randperm(len(lengths), generator=generator)
     n_remainder = len(lengths) % batch_size
@@ -212,10 +193,7 @@ def bucket_rows(lengths, batch_size, generator=None):
 
 
 def padded_rows(x, y, rows):
-    """
-    A batch x, y (B, T) grown to `rows` rows with rows of pads, which have no targets: its loss
-    and gradients are the batch's, and every batch of an epoch has one shape (a CUDA graph's).
-    """
+    """The batch x, y grown to `rows` rows with pad rows, which have no targets, so that every batch has one shape."""
     missing = rows - len(y)
     if missing <= 0:
         return x, y
@@ -224,10 +202,9 @@ def padded_rows(x, y, rows):
 
 def forward_passes(x, y, size=None, cut=True):
     """
-    A batch as forward passes [(x, y)]: its rows sorted by length, `size` rows at a time
-    (None: all), each pass cut after its last real target; a batch of at most `size`
-    rows is one pass in its own order, and cut=False leaves it whole. Passes without a
-    real target are left out: they add nothing to the batch's loss.
+    A batch as forward passes of `size` rows (None: all) sorted by length, each cut after its last real
+    target; passes without one are left out. A batch that fits in one pass keeps its order, and cut=False
+    leaves it whole.
     """
     if not cut:
         return [(x, y)]
@@ -244,10 +221,7 @@ def forward_passes(x, y, size=None, cut=True):
 
 
 def rank_rows(x, y, rank, world_size):
-    """
-    Rank `rank`'s rows of a global batch (rows rank, rank + N, ...), and whether they
-    count: with fewer rows than ranks, a rank joins the step with a row that counts for nothing.
-    """
+    """This rank's rows (rank, rank + N, ...) of a global batch and whether they count (a spare rank's row does not)."""
     if world_size == 1:
         return x, y, True
     rows = torch.arange(len(y))[rank::world_size]

@@ -1,21 +1,14 @@
 """
-One training step captured once and replayed (Recipe.captured_step): the forward, the backward,
-the clipping and the fused AdamW of a batch of one shape (as fixed_shapes gives), launched as one CUDA
-graph instead of hundreds of kernels from the host. The ways:
-- "cuda_graph": PyTorch's torch.cuda.graph of the eager kernels;
+One training step captured once and replayed as a CUDA graph (Recipe.captured_step): forward, backward,
+clipping and fused AdamW in one launch instead of hundreds of kernels from the host. The ways:
+- "cuda_graph": torch.cuda.graph of the eager kernels;
 - "compiled": torch.compile(mode="reduce-overhead"), inductor's kernels in its own CUDA graphs;
-- "fused_graph": inductor's fused kernels (torch.compile without its CUDA graphs) captured in
-  one torch.cuda.graph, so that a replay is one launch of fused kernels;
-- "auto", the default: "cuda_graph" on one CUDA process (the fastest way measured there:
-  docs/speed.md), off elsewhere.
-Off CUDA, or over several ranks, the step runs uncaptured ("fused_graph" still compiled).
+- "fused_graph": inductor's kernels, compiled without its CUDA graphs, captured in one torch.cuda.graph;
+- "auto", the default: see way_for.
 
-What capture needs of the step, and the trainer gives it: nothing read back to the host
-(the loss and the non-finite check stay on the device, and fp16's GradScaler leaves skipping
-a step to the fused AdamW), the learning rate in a tensor the optimizer reads (lr_tensor; the
-scheduler writes it in place), AdamW's capturable state, dropout from the default CUDA
-generator (torch.cuda.graph registers it: each replay draws anew), and the optimizer's state
-made by eager warm-up steps before the capture.
+Capture needs a step that reads nothing back to the host, its learning rate in a tensor (lr_tensor), AdamW's
+capturable state made by eager warm-up steps, and dropout from the default CUDA generator, so that each replay
+draws anew.
 """
 
 import logging
@@ -31,9 +24,8 @@ WARMUP_STEPS = 3  # eager steps, on a side stream, before the capture (PyTorch's
 
 def way_for(config, device):
     """
-    The way config.captured_step asks for on this device. "auto": a CUDA graph on one CUDA
-    process, unless the model is --compile'd or the step is fp16's, whose capture is not yet
-    measured on a GPU; off elsewhere.
+    The way config.captured_step asks for on this device. "auto" is a CUDA graph on one CUDA process (the
+    fastest there: docs/speed.md) without --compile or fp16, whose capture is not yet measured; else off.
     """
     if config.captured_step != "auto":
         return config.captured_step
@@ -43,18 +35,15 @@ def way_for(config, device):
 
 def lr_tensor(value, device):
     """
-    A learning rate as the tensor a captured AdamW reads: float32 on CUDA (what its fused kernel
-    reads), float64 elsewhere (what the CPU's fused kernel computes with: the same steps as a float's).
+    A learning rate as the tensor a captured AdamW reads: float32 on CUDA, for its fused kernel, and float64
+    elsewhere, with which the CPU's fused kernel takes the same steps as with a float.
     """
     dtype = torch.float32 if device.type == "cuda" else torch.float64
     return torch.tensor(value, dtype=dtype, device=device)
 
 
 def rate_in_tensor(way, device, fused):
-    """
-    Whether AdamW's rate lives in a tensor and its state is capturable: for a captured step, on
-    CUDA, or where the AdamW is fused (the CPU's fused kernel then takes the same steps as with a float).
-    """
+    """Whether AdamW's rate is a tensor and its state capturable: for a captured step, on CUDA or with a fused AdamW."""
     return way != "off" and (device.type == "cuda" or fused)
 
 
@@ -74,9 +63,8 @@ def captured(step, way, device, world_size):
 
 class CudaGraphStep:
     """
-    `step(x, y) -> loss` on batches of one shape: WARMUP_STEPS eager calls on a side stream,
-    then captured into one CUDA graph and replayed with each batch copied into its inputs. The
-    loss it returns is the graph's output, overwritten by the next replay: add it up before then.
+    `step(x, y) -> loss` on batches of one shape: WARMUP_STEPS eager calls on a side stream, then one CUDA
+    graph replayed with each batch copied in. The next replay overwrites the loss returned: add it up first.
     """
 
     def __init__(self, step):

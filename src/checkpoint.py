@@ -1,8 +1,6 @@
 """
-A training's resumable checkpoint file: the Trainer's state_dict (Trainer.load_state_dict goes
-on exactly where it stopped) with the run's identity, a dict the caller derives from its
-settings (pipeline.run_identity); written atomically (save), read back (read), and refused
-in one line when it is another run's (verified).
+A training's resumable checkpoint: the Trainer's state_dict, to go on exactly where it stopped, with the run's
+identity (pipeline.run_identity), so that another run's checkpoint is refused in one line.
 """
 
 import os
@@ -16,10 +14,7 @@ FORMAT = 3  # checkpoints of the code before (2: every GPU's RNG; none: older) a
 
 
 def save(path, trainer_state, config):
-    """
-    Write a Trainer's state_dict with its TrainerConfig's run_identity and params_metadata,
-    atomically: a failed write (a full disk) leaves the last checkpoint as it was.
-    """
+    """Write a Trainer's state_dict, run_identity and params_metadata atomically: a failed write keeps the old one."""
     identity, metadata = config.run_identity, config.params_metadata
     checkpoint = dict(trainer_state, format=FORMAT, run_identity=identity, params_metadata=metadata)
     if os.path.exists(path):

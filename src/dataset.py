@@ -1,15 +1,7 @@
 """
-The two datasets of the assignment, both over one character vocabulary.
-
-- CharCorruptionDataset: span corruption for pretraining. Each example is one
-  document (a line of the corpus), truncated to a random length and rearranged as
-  prefix MASK suffix MASK masked_content PADs, so that the model learns to fill a
-  masked span from its context.
-- NameDataset: finetuning pairs "question<TAB>place" laid out as
-  question MASK place MASK PADs, with the loss only on the answer.
-
-Id 0 is the pad (the loss ignores it), id 1 the mask, ids 2.. are the sorted
-characters of the pretraining corpus.
+The two datasets of the assignment, over one character vocabulary: span corruption for pretraining and
+question<TAB>place pairs for finetuning. Id 0 is the pad (the loss ignores it), id 1 the mask, and ids 2.. are
+the sorted characters of the pretraining corpus.
 """
 
 import copy
@@ -26,10 +18,7 @@ MASK_CHAR = "\u2047"
 
 
 def known_characters(text, stoi):
-    """
-    The text without the characters the vocabulary lacks, and how many were dropped; the
-    pad and mask characters are dropped too (they are the model's markers, not text).
-    """
+    """The text without the pad, the mask and the characters the vocabulary lacks, and how many were dropped."""
     kept = "".join(c for c in text if c in stoi and c not in (PAD_CHAR, MASK_CHAR))
     return kept, len(text) - len(kept)
 
@@ -43,7 +32,7 @@ QUESTION = re.compile(r"Where was (.+) born\?")  # the handout's question
 
 
 def numbered_lines(text):
-    """(line number, line) for the non-empty lines of a text, a trailing carriage return removed."""
+    """The non-empty lines of a text with their line numbers, a trailing carriage return removed."""
     for lineno, line in enumerate(text.split("\n"), 1):
         line = line[:-1] if line.endswith("\r") else line
         if line:
@@ -59,7 +48,7 @@ def name_of(question):
 
 
 def biographies(documents, names):
-    """{name: its biography after "NAME. "}: the first corpus line that opens with each name and a full stop."""
+    """Each name's biography: the text after "NAME. " in the first corpus line that opens with it."""
     by_first_word = {}
     for document in documents:
         by_first_word.setdefault(document.split(" ")[0], []).append(document)
@@ -79,9 +68,8 @@ def corpus_lines(text):
 
 def read_questions(text, answered=None):
     """
-    [(line number, question, place or None)] of a file of questions: "question<TAB>place"
-    on every line, or "question" alone on every line (a test file); answered=True asks for
-    places. ValueError names the first line that breaks the pattern.
+    The line number, question and place of every line of a question file, all "question<TAB>place" or all
+    questions alone (places None); answered=True asks for places. ValueError names the first bad line.
     """
     rows, places_required = [], answered
     for lineno, line in numbered_lines(text):
@@ -106,7 +94,7 @@ def read_question_file(path):
 
 
 def question_place_pairs(text):
-    """[(line number, question, place)] of the lines "question<TAB>place" of `text`; ValueError names a bad line."""
+    """read_questions of `text`, whose every line must have its place."""
     return read_questions(text, answered=True)
 
 
@@ -117,18 +105,9 @@ def longest_shift(block_size):
 
 class CharCorruptionDataset(Dataset):
     """
-    Span-corruption examples from the lines of `data`.
-
-    __getitem__(idx) -> (x, y), two Long tensors of length block_size-1:
-    the document is truncated to a random length in [4, int(block_size*7/8)],
-    cut into prefix + masked_content + suffix (the masked length is random, a
-    quarter of the truncated length on average), and laid out as
-    prefix MASK suffix MASK masked_content PADs (block_size characters);
-    x is all but its last character, y all but its first.
-
-    max_shift > 0 (not the course's data, so 0 by default) puts a uniform 0..max_shift
-    pads before that layout, so that a biography's name is not always at position 0:
-    the finetuning questions ask for it after "Where was ", at position 10.
+    Span-corruption examples from the lines of `data`: prefix MASK suffix MASK masked_content PADs, x without
+    its last character and y without its first. max_shift > 0 (0 is the course's) puts a uniform 0..max_shift
+    pads first, so that a name is not always at position 0: a question has it at position 10.
     """
 
     PAD_CHAR = PAD_CHAR
@@ -160,10 +139,7 @@ class CharCorruptionDataset(Dataset):
         return len(self.data)
 
     def with_documents(self, documents, max_shift=0):
-        """
-        A dataset of other documents over this one's vocabulary (a held-out part of the corpus,
-        another text): each document may only hold characters of the vocabulary.
-        """
+        """A dataset of other documents over this one's vocabulary, which must hold all their characters."""
         other = copy.copy(self)
         other.data, other.max_shift = list(documents), max_shift
         other.__dict__.pop("document_ids", None)  # the cached ids were this dataset's documents'
@@ -176,7 +152,7 @@ class CharCorruptionDataset(Dataset):
 
     @functools.cached_property
     def document_ids(self):
-        """The documents' first max_truncation characters: (documents, max_truncation) ids, pad after, and lengths."""
+        """The ids of the documents' first max_truncation characters, padded, and their lengths."""
         ids = torch.zeros(len(self.data), self.max_truncation, dtype=torch.long)
         lengths = torch.zeros(len(self.data), dtype=torch.long)
         for row, document in enumerate(self.data):
@@ -187,10 +163,8 @@ class CharCorruptionDataset(Dataset):
 
     def corrupt_all(self, order, generator=None):
         """
-        The examples of documents `order` ((N,) Long) drawn all at once with tensor operations:
-        (x, y), each (N, block_size-1). Every row has the distribution of __getitem__'s
-        (truncation length, masked length and start drawn uniformly as there), but the
-        draws come from `generator` instead of Python's random, so the examples differ.
+        The examples x, y (N, block_size-1) of documents `order`, drawn at once with tensor operations: each
+        row drawn as __getitem__ draws, but from `generator`, not Python's random, so the examples differ.
         """
         ids, lengths = self.document_ids
         ids, lengths = ids[order], lengths[order]
@@ -218,7 +192,7 @@ class CharCorruptionDataset(Dataset):
         return self.corrupted(self.data[idx])
 
     def corrupted(self, document):
-        """The (x, y) of one span corruption of `document`, drawn with Python's random."""
+        """One span corruption x, y of `document`, drawn with Python's random."""
         truncated = document[: random.randint(4, self.max_truncation)]
         n = len(truncated)
         masked_len = random.randint(1, max(1, n // 2 - 1))
@@ -235,21 +209,16 @@ class CharCorruptionDataset(Dataset):
 
 
 def uniform_below(high, generator=None):
-    """(N,) Long: one integer drawn uniformly from [0, high[i]) for every i (high >= 1)."""
+    """A Long tensor of one integer drawn uniformly from [0, high[i]) for every i (high >= 1)."""
     draws = (torch.rand(high.shape, dtype=torch.float64, generator=generator) * high).long()
     return torch.minimum(draws, high - 1)
 
 
 class NameDataset(Dataset):
     """
-    Finetuning examples from lines "question<TAB>place" over the pretraining vocabulary.
-    Characters the vocabulary lacks, and the pad and mask characters, are dropped
-    (counted in dropped_characters), exactly as evaluation drops them from its questions.
-
-    __getitem__(idx) -> (x, y) of length block_size-1:
-    x = question MASK place MASK PADs (all but the last character);
-    y = PADs under the question, then MASK place MASK PADs: the model is trained
-    to continue the question with MASK, the place and a closing MASK.
+    Finetuning examples from lines "question<TAB>place": x is question MASK place MASK PADs, and y is x
+    shifted by one with pads under the question. Characters the vocabulary lacks, the pad and the mask are
+    dropped (counted in dropped_characters), as evaluation drops them.
     """
 
     def __init__(self, pretraining_dataset, data):

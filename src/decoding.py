@@ -1,7 +1,4 @@
-"""
-Reading answers out of a model: greedy completions with a KV cache, answers to
-"Where was X born?" questions, and how many birthplaces a model recalls from the corpus.
-"""
+"""Reading answers out of a model: greedy completions, answers to "Where was X born?", and birthplaces recalled."""
 
 import dataclasses
 import math
@@ -18,9 +15,9 @@ from utils import eval_mode, sample
 @dataclasses.dataclass
 class Decoded:
     """
-    What greedy decoding wrote: ids (B, S); logprobs (B, S), the log-probability each
-    chosen id had (0 after a row's stop); with top_k, top_ids and top_probs (B, S, k),
-    the k likeliest ids at every step and their probabilities, the chosen one first.
+    What greedy decoding wrote: ids (B, S) and each one's log-probability, 0 after a row's stop. With top_k,
+    top_ids and top_probs (B, S, k) hold every step's k likeliest ids, the chosen one first, and their
+    probabilities.
     """
 
     ids: torch.Tensor
@@ -32,12 +29,9 @@ class Decoded:
 @torch.no_grad()
 def greedy_decode_cached(model, x, steps, stop_id, top_k=0):
     """
-    Greedy continuation of x (B, T) with a KVCache: the prefix is read once and every
-    step feeds only the new token of the rows still going; a row that has produced
-    stop_id leaves the batch, and the rest of its output is stop_id.
-    Returns the Decoded ids (B, <= steps) with their log-probabilities (and the top_k
-    choices at every step). Needs T + steps - 1 <= block_size - 1, so that `sample`
-    would never have slid its window; then the tokens are the same.
+    Greedy continuation of x (B, T) by up to `steps` ids with a KVCache, as a Decoded; a row that writes
+    stop_id leaves the batch, and the rest of it is stop_id. Needs T + steps <= block_size, where `sample`
+    never slides its window and writes the same ids.
     """
     cache = KVCache()
     logits, _ = model(x, cache=cache)
@@ -75,9 +69,8 @@ def greedy_decode_cached(model, x, steps, stop_id, top_k=0):
 @torch.no_grad()
 def read_logprobs(model, x, generated):
     """
-    The log-probabilities (B, S) that the model gives the ids `generated` (B, S) after x
-    (B, T), in one forward pass; NaN where the text does not fit in the block (where
-    `sample` slid its window, the model saw other context).
+    The log-probabilities (B, S) that the model gives `generated` (B, S) after x (B, T), in one forward pass;
+    NaN where the text does not fit in the block, since there `sample` slid its window.
     """
     context = model.get_block_size() - 1
     steps, fits = generated.size(1), x.size(1) + generated.size(1) - 1
@@ -92,14 +85,9 @@ def greedy_completions(
     model, prompts, corpus, device, steps, stop_char=None, batch_size=256, sequential=False, scored=False
 ):
     """
-    Greedy continuations of text prompts, `steps` characters each (with the cache, a
-    row that has written stop_char stops there; the rest of it is stop_char).
-    With scored=True, each is (text, log-probabilities of its characters) instead.
-
-    Prompts of equal length are decoded together with a KV cache, which gives the
-    characters of one-at-a-time `sample` calls (sequential=True) in a fraction of the time.
-    The cached decoding scores its characters as it chooses them; `sample`'s are scored
-    afterwards by read_logprobs.
+    Greedy continuations of text prompts, `steps` characters each; with scored=True, each paired with its
+    characters' log-probabilities. Prompts of equal length are decoded together with a KV cache, a row
+    stopping at stop_char; sequential=True decodes each alone with `sample`, which writes the same.
     """
     stop_id = corpus.stoi[stop_char] if stop_char is not None else -1
     prompt_ids = [encoded(prompt, corpus.stoi) for prompt in prompts]
@@ -129,18 +117,12 @@ def greedy_completions(
 
 @dataclasses.dataclass
 class Answer:
-    """
-    One answer and how sure the model was of it: logprob sums the log-probabilities of
-    the answer's characters and of the one that ended it (the closing MASK, or a line
-    break), min_prob is the lowest of their probabilities; closed says the model wrote
-    the closing MASK (not a line break, nor running out of steps). NaN scores: the
-    question was too long for the answer to be read in one block.
-    """
+    """One answer and how sure the model was of it; NaN scores where the answer could not be read in one block."""
 
     text: str
-    logprob: float
-    min_prob: float
-    closed: bool
+    logprob: float  # log-probabilities summed over its characters and the one that ended it (MASK or a line break)
+    min_prob: float  # the lowest of those characters' probabilities
+    closed: bool  # the model wrote the closing MASK, not a line break, nor ran out of steps
 
 
 def answer_of(completion, logprobs=None):
@@ -157,14 +139,9 @@ def answer_of(completion, logprobs=None):
 
 def predict_answers(model, questions, corpus, device, steps=32, batch_size=256, sequential=False, scored=True):
     """
-    Answer "Where was X born?" questions with greedy decoding: an Answer per question.
-
-    Each question is followed by MASK; the answer is the text the model writes between
-    that MASK and the next one (everything written if it never closes it), up to a line
-    break if it writes one: the vocabulary holds the corpus's newline, and a place never
-    contains one, so every answer fits on one line of a predictions file. The cached
-    decoding scores the answers as it writes them; with sequential=True, scoring costs
-    one more forward pass per question after `sample` (scored=False leaves it out).
+    An Answer to each "Where was X born?" question: what the model writes after it and a MASK, up to the next
+    MASK or a line break (no place has one, so an answer fits on a line). With sequential=True, scoring costs
+    a forward pass per question; scored=False leaves it out.
     """
     prompts = [question + MASK_CHAR for question in questions]
     completions = greedy_completions(
@@ -181,18 +158,11 @@ def predict_places(model, questions, corpus, device, steps=32, batch_size=256, s
 
 def recalled_places(model, corpus, pairs, device, prompt=None):
     """
-    Which of the pairs' birthplaces the model has memorised from the corpus.
-
-    pairs: (question, place) from a "Where was X born?" file. For each person whose
-    document (the corpus line that starts with their name and a full stop:
-    dataset.biographies) names the place within
-    the first block_size-1 characters, the model continues the document from just
-    before the place; it recalls the place if its greedy continuation starts with it.
-    prompt(name, document_before_place) -> text gives the model other text to continue
-    (e.g. the name alone in a fixed sentence) to ask where the memorised fact is keyed;
-    the people probed are the same, the prompt's characters outside the vocabulary are
-    dropped (a MASK it holds stays), and a prompt left empty raises ValueError.
-    Returns, per pair, True or False, or None where the person could not be probed.
+    Per (question, place) pair, whether the model recalls the birthplace from the corpus, or None where the
+    person could not be probed: the model continues the biography (dataset.biographies) from just before the
+    place, which must lie in its first block_size-1 characters, and recalls it if it writes it next.
+    prompt(name, document_before_place) -> text gives the model other text to continue, to ask where the fact
+    is keyed; its characters outside the vocabulary are dropped, and a prompt left empty raises ValueError.
     """
     context = model.get_block_size() - 1
     names = []

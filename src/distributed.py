@@ -1,7 +1,4 @@
-"""
-Devices and processes: which device to use, this process's rank, torchrun's process group,
-gathering results, and the stop signals a training finishes its step on.
-"""
+"""Devices and processes: the device, this process's rank, torchrun's process group, gathering results, stop signals."""
 
 import contextlib
 import gc
@@ -37,7 +34,7 @@ def launch_rank():
 
 
 def rank_and_world_size():
-    """(this process's rank, number of processes) under torch.distributed; (0, 1) otherwise."""
+    """This process's rank and the number of processes under torch.distributed; 0 and 1 without it."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -45,8 +42,8 @@ def rank_and_world_size():
 
 def start_distributed(device):
     """
-    Join torchrun's process group when launched by torchrun (NCCL on GPUs, gloo on the CPU);
-    returns this rank's device. RuntimeError for a device torchrun cannot use.
+    Join torchrun's process group when launched by torchrun (NCCL on GPUs, gloo on the CPU) and return this
+    rank's device; RuntimeError for a device torchrun cannot use.
     """
     if not launched_by_torchrun():
         return device
@@ -77,10 +74,7 @@ def over_ranks(value, op):
 
 
 def gather_interleaved(items, total):
-    """
-    Every rank's share of a list, where rank r holds items r, r + N, r + 2N, ... of `total`:
-    the whole list, in order, on every rank (the share itself without a process group).
-    """
+    """The whole list, in order, on every rank, from the ranks' shares: rank r holds items r, r + N, r + 2N, ..."""
     _, world_size = rank_and_world_size()
     if world_size == 1:
         return items
@@ -92,10 +86,9 @@ def gather_interleaved(items, total):
 @contextlib.contextmanager
 def stop_signals_caught(enabled):
     """
-    Yields a list that SIGINT or SIGTERM append their number to, so that the loop can stop
-    after the step in progress; a second signal interrupts at once. Only where `enabled`
-    (a checkpoint to write, one process: DDP's ranks would not agree on the step) and on
-    the main thread.
+    Yield a list that SIGINT and SIGTERM append to, so that the loop can stop after its step; a second signal
+    interrupts at once. Only on the main thread and where `enabled`: a checkpoint to write, and one process,
+    since DDP's ranks would not agree on the step.
     """
     caught = []
     if not enabled or threading.current_thread() is not threading.main_thread():
@@ -117,9 +110,8 @@ def stop_signals_caught(enabled):
 
 def exit_process(code):
     """
-    sys.exit(code); a torchrun rank, its process group destroyed (exit_status), skips Python's
-    finalization: a gloo thread still releasing the last collective's tensors would abort it
-    then ("terminate called without an active exception"; docs/robustness.md).
+    sys.exit(code), but a torchrun rank skips Python's finalization: a gloo thread still releasing the last
+    collective's tensors would abort it (docs/robustness.md).
     """
     if not launched_by_torchrun():
         sys.exit(code)

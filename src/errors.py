@@ -1,12 +1,11 @@
 """
-RunError, the one type of every problem a run reports in one line (run.py: exit code 2):
-bad input, params or a checkpoint that do not fit, a training that diverged, a write
-that failed. The library raises it where it finds the problem; only the command line catches it.
+RunError, for every problem that stops a run: the library raises it where it finds the problem, and only the
+command line catches it, to report it in one line (run.py exits with code 2).
 """
 
 
 class RunError(Exception):
-    """A problem that stops a run, said in one line: what is wrong, and where."""
+    """A problem that stops a run: bad input, params that do not fit, a diverged training, a failed write."""
 
 
 def short_reason(error):

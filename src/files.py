@@ -33,10 +33,9 @@ def new_file_mode():
 
 def atomic_write(path, write, on_failure=""):
     """
-    Call write(file object) on a temporary file beside `path`, then rename it to `path`;
-    the file gets the mode of a newly created one (mkstemp's 0o600 would hide it from others).
-    A write that fails (a full disk, a folder that refuses files) leaves `path` as it was
-    and raises RunError naming the file and the reason, then `on_failure` (what the user can do).
+    Call write(file object) on a temporary file beside `path`, then rename it to `path` with a new file's mode
+    (mkstemp's 0o600 would hide it from others). A failed write leaves `path` as it was and raises RunError
+    naming the file and the reason, then `on_failure`.
     """
     path = Path(path)
     tmp = None
@@ -71,10 +70,9 @@ class PathInUse(Exception):
 @contextlib.contextmanager
 def exclusive_lock(path):
     """
-    Hold an exclusive lock on the file `path` (created if missing, removed on release)
-    for the duration of the with-block, or raise PathInUse with the holder's process id.
-    The operating system releases the lock when its process ends, however it ends, so a
-    crashed run leaves no stale lock. Without fcntl (Windows) there is no lock.
+    Hold an exclusive lock on the file `path` in the with-block, or raise PathInUse naming the holder's
+    process id. The system releases it however its process ends, so a crash leaves no stale lock (Windows has
+    no lock).
     """
     if fcntl is None:
         yield

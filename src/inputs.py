@@ -1,7 +1,6 @@
 """
-A run's inputs and their checks: the corpus (whose characters are the vocabulary), the
-question<TAB>place files, the paths a function needs, the outputs it may write, and the
-held-out part of the corpus. Every problem is a RunError whose message is one line.
+A run's inputs and their checks: the corpus, whose characters are the vocabulary, the question<TAB>place
+files, the function's paths and outputs, and the held-out documents. Each problem is a one-line RunError.
 """
 
 import filecmp
@@ -43,7 +42,7 @@ def read_pairs(path, what, parse=read_questions):
 
 
 def answered_pairs(path, what="pairs"):
-    """[(question, place)] of the question<TAB>place file at `path`, whose every line must have its place."""
+    """The question<TAB>place file at `path` as (question, place) pairs; every line must have its place."""
     return [(question, place) for _, question, place in read_pairs(path, what, question_place_pairs)]
 
 
@@ -84,7 +83,7 @@ def vocabulary(corpus):
 
 
 def check_config(cfg):
-    """What can be said wrong before anything is read: the function's paths, their sense, the stages' data."""
+    """Check what can be checked before anything is read: the function's paths, their sense, the stages' data."""
     if cfg.function not in REQUIRED:
         raise RunError(f"function must be pretrain, finetune or evaluate, got {cfg.function!r}")
     if cfg.variant not in VARIANTS:
@@ -155,9 +154,8 @@ def check_writable(path, what):
 
 def held_out_split(corpus, fraction, path):
     """
-    (the documents trained on, the held-out ones) of the corpus: round(fraction * documents)
-    of them, at least one, chosen with HELD_OUT_SEED, so the same for every run and stage;
-    the held-out ones in the course's layout (no shift).
+    The corpus split into the documents trained on and round(fraction * documents) held out (one at least),
+    the same for every run and stage (HELD_OUT_SEED); the held-out ones unshifted, as the course's.
     """
     if len(corpus) < 2:
         raise RunError(f"--held_out_fraction needs a corpus of 2 documents or more; {path} has {len(corpus)}")

@@ -1,7 +1,4 @@
-"""
-What a training reports as it goes: its TensorBoard log, and the epoch hooks (what an
-on_epoch_end hook is given, their timing, and the held-out loss of every epoch).
-"""
+"""What a training reports as it goes: its TensorBoard log, the epoch hooks, and the held-out loss of every epoch."""
 
 import dataclasses
 import logging
@@ -22,9 +19,8 @@ logger = logging.getLogger(__name__)
 
 class TensorBoardLog:
     """
-    A SummaryWriter of its own for this run (the course's folder name, then the start time
-    and process id) that never stops the training: if its folder goes away or cannot be
-    written, it says so once and logs nothing more.
+    This run's own SummaryWriter, in the course's folder name with the start time and process id. It never
+    stops the training: if its folder goes away or cannot be written, it says so once and stops logging.
     """
 
     def __init__(self, cfg, name_suffix=""):
@@ -57,10 +53,7 @@ class TensorBoardLog:
 
 
 def scalar_series(log_root, tag="train/epoch_loss"):
-    """
-    {run folder: [(step, value)]} of one scalar in every TensorBoard run under log_root
-    (e.g. expt/pretrain: each pretraining's loss by epoch), for plotting outside TensorBoard.
-    """
+    """One scalar's (step, value) points in each TensorBoard run under log_root, by run folder, for plotting."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     series = {}
@@ -91,8 +84,8 @@ Hook = Callable[[EpochEnd], None]
 
 class EpochHooks:
     """
-    The trainer's epoch_end: the hooks on rank 0, given `end` (an EpochEnd) with the epochs and
-    seconds counted on from the earlier stages' (end's), training_seconds without the hooks' time.
+    The trainer's epoch_end: the hooks, called on rank 0 with `end` (an EpochEnd), its epochs and seconds
+    counted on from the earlier stages' and the hooks' own time left out.
     """
 
     def __init__(self, hooks, end):
@@ -116,10 +109,7 @@ class EpochHooks:
 
 
 class HeldOutLoss:
-    """
-    An epoch hook: the held-out documents' span-corruption loss (perplexity.corruption_loss,
-    the same examples every epoch), logged and written to TensorBoard by epoch.
-    """
+    """An epoch hook logging the held-out span-corruption loss (the same examples every epoch), also to TensorBoard."""
 
     def __init__(self, documents):
         self.documents = documents

@@ -1,9 +1,7 @@
 """
-The training loss as the trainer keeps it: summed on the device step by step, and read back to
-the host only where it is shown or saved (logging steps, an epoch's end, a checkpoint), summed
-over the ranks; with it, the first step whose loss was not finite, which stops the training
-(RunError naming the step) where the loss is read back next, before anything from that step on
-is written.
+The training loss as the trainer keeps it: summed on the device, and read back (summed over the ranks) only
+where shown or saved. A non-finite loss stops the training with a RunError where it is read back, before
+anything from its step on is written.
 """
 
 import torch
@@ -33,10 +31,8 @@ class ReadLater:
 
 class LossTally:
     """
-    The epoch's and the logging window's sums of this rank's step losses (device scalars), and
-    the first non-finite step; the peak learning rate and the schedule (schedule.TokenSchedule)
-    name a step's rate in the error. Every rank must read back at the same steps (the sums are
-    reduced over the ranks).
+    This rank's loss sums for the epoch and the logging window, and the first non-finite step, all on the
+    device. Every rank must read back at the same steps, since the reads reduce over the ranks.
     """
 
     def __init__(self, device, world_size, learning_rate, schedule):
@@ -57,9 +53,8 @@ class LossTally:
 
     def close_window(self, step, rate):
         """
-        At a logging step: this window's sum and the first non-finite step start their copy to
-        the host, and a new window opens. Returns the window closed before, read back now that
-        its copy is long done (a GPU never waits for it): (step, rate, mean loss), or None.
+        At a logging step, start copying the window's sum and first non-finite step to the host, and open a
+        new window. Returns the window before's step, rate and mean loss (its copy long done), or None.
         """
         last = self.read_closed()
         sums = ReadLater(over_ranks(self.window, dist.ReduceOp.SUM))
@@ -74,7 +69,7 @@ class LossTally:
         return last
 
     def read_closed(self):
-        """The last window closed, unread: (step, rate, mean loss), or None; RunError after a non-finite loss."""
+        """The step, rate and mean loss of the last window closed, unread, or None; RunError after a non-finite loss."""
         if self.closed is None:
             return None
         step, rate, steps, loss_sum, first_nonfinite = self.closed

@@ -1,19 +1,8 @@
 """
-A character-level GPT (minGPT) with four attention variants.
-
-- vanilla: a stack of Blocks with causal self-attention;
-- rope (config.rope): the same Blocks with rotary position embeddings in the
-  self-attention instead of the learned absolute position embedding pos_emb;
-- synthesizer (config.synthesizer): the same Blocks with SynthesizerAttention;
-- perceiver (config.perceiver, config.bottleneck_dim = m): a Perceiver-AR-style
-  bottleneck. DownProjectBlock cross-attends from a learned basis C (m positions) to
-  the input, n_layer-2 ordinary Blocks run over the m positions, and UpProjectBlock
-  cross-attends from the input back to them, returning the input's length. The
-  inner blocks cost O(m^2) instead of O(L^2); the two projections O(L m).
-
-Every forward takes an optional KVCache for decoding: the model then reads only
-the new tokens and each attention layer reuses the keys and values it computed
-for the earlier ones, with the same result as re-reading the whole sequence.
+A character-level GPT (minGPT) in four variants: vanilla, rope (rotary position embeddings instead of
+pos_emb), synthesizer and perceiver, a Perceiver-AR bottleneck whose n_layer-2 inner blocks run over
+m = bottleneck_dim latents, at O(m^2) instead of O(L^2). With a KVCache, a forward reads only the new tokens,
+reusing the keys and values of the earlier ones.
 """
 
 import torch
@@ -106,13 +95,8 @@ class Block(nn.Module):
 
 class DownProjectBlock(nn.Module):
     """
-    The perceiver's first block: (B, L, C) -> (B, m, C).
-
-    The learned basis C (1, m, n_embd) is the query and the input the keys and
-    values; latent position i reads input positions 0..i, so causality holds.
-    The model asks only for the latents its inputs complete (latent i is final
-    once input i is known): for an input shorter than m the others are never
-    read, and when decoding with a cache each new input completes at most one.
+    The perceiver's first block, (B, L, C) -> (B, m, C): the learned basis C queries the input, latent i
+    reading inputs 0..i. Only the latents the inputs complete are computed, at most one per decoding step.
     """
 
     def __init__(self, config):
@@ -136,12 +120,7 @@ class DownProjectBlock(nn.Module):
 
 
 class UpProjectBlock(nn.Module):
-    """
-    The perceiver's last block: (B, m, C) and the block input (B, L, C) -> (B, L, C).
-
-    The input sequence is the query and the bottleneck output the keys and values;
-    input position i reads latent positions 0..i, which have only read inputs 0..i.
-    """
+    """The perceiver's last block, latents (B, m, C) and input (B, L, C) -> (B, L, C): input i reads latents 0..i."""
 
     def __init__(self, config):
         super().__init__()
@@ -196,10 +175,8 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, cache=None):
         """
-        idx: (B, T) token ids, T <= block_size. targets: (B, T) or None.
-        Returns logits (B, T, vocab_size) and the cross-entropy loss over the
-        targets that are not the pad id 0 (None without targets).
-        With a KVCache, idx continues the sequence already in the cache.
+        The logits (B, T, vocab_size) of idx (B, T), and the loss over the targets that are not the pad 0
+        (None without targets). With a KVCache, idx continues the sequence in the cache.
         """
         start = 0 if cache is None else cache.length
         T = idx.size(1)

@@ -1,7 +1,6 @@
 """
-What a training step minimises (the course's objective, and GPT-1's auxiliary loss on the
-question when finetuning with lm_weight > 0), as the trainer's step weighs it: every kind
-of target's mean loss, times its share of the global batch's targets of that kind.
+What a training step minimises: the course's loss, plus GPT-1's auxiliary loss on the question where
+lm_weight > 0, each kind's mean loss weighed by its share of the global batch's targets of that kind.
 """
 
 import torch
@@ -10,9 +9,9 @@ import torch.nn.functional as F
 
 def question_lm_targets(x, y):
     """
-    (B, T) language-model targets of the text before each row's first real target (a
-    finetuning example's question): x's next character there, the pad 0 elsewhere. The
-    question's first character has no target: nothing comes before it.
+    Language-model targets (B, T) for a finetuning example's question, the text before its first real target:
+    x's next character there, the pad 0 elsewhere. The question's first character is not a target: nothing
+    comes before it.
     """
     length = y.size(1)
     first = torch.where(y.any(dim=1), (y != 0).int().argmax(dim=1), length)
@@ -21,37 +20,28 @@ def question_lm_targets(x, y):
 
 
 class Objective:
-    """
-    What a step minimises: the mean cross-entropy over y's real targets (the pad 0
-    ignored), plus, with lm_weight > 0, lm_weight times the mean over the questions'
-    characters (question_lm_targets): GPT-1's L_task + lambda L_LM.
-    """
+    """The mean loss over y's real targets plus lm_weight times the questions' mean: GPT-1's L_task + lambda L_LM."""
 
     def __init__(self, lm_weight=0.0):
         self.weights = [1.0] if not lm_weight else [1.0, lm_weight]
 
     def targets(self, x, y):
-        """Every kind of target of rows x, y: [(B, T)], 0 where nothing is scored."""
+        """Every kind of target of rows x, y, as (B, T) tensors that are 0 where nothing is scored."""
         return [y] if len(self.weights) == 1 else [y, question_lm_targets(x, y)]
 
     def counts(self, x, y):
-        """Every kind of target's count in rows x, y: [0-dim int64 tensors on their device]."""
+        """Every kind of target's count in rows x, y, as 0-dim int64 tensors on their device."""
         return [(t != 0).sum() for t in self.targets(x, y)]
 
     def shares(self, targets, totals, ranks):
         """
-        A pass's share of the global batch's targets of each kind (`totals`: counts() of the
-        global batch), times `ranks` (0 for a rank's row that counts for nothing): [0-dim
-        float64 tensors on the device], whose division is Python's, read back by nothing.
+        A pass's share of the global batch's targets of each kind (`totals`), times `ranks` (0 for a row that
+        counts for nothing): float64 on the device, to divide as Python does with nothing read back.
         """
         return [(t != 0).sum().mul(ranks).double() / n.clamp(min=1).double() for t, n in zip(targets, totals)]
 
     def loss(self, logits, targets, shares):
-        """
-        The sum over the kinds of target of weight * share * the mean loss over the pass's
-        targets of that kind; a kind with a zero share adds nothing (its mean over no targets
-        is NaN), chosen on the device.
-        """
+        """The sum of weight * share * the pass's mean loss over the kinds; a zero share (a NaN mean) adds nothing."""
         flat = logits.reshape(-1, logits.size(-1))
         total = 0
         for t, weight, share in zip(targets, self.weights, shares):

@@ -21,10 +21,7 @@ def save_params(model, path):
 
 
 def save_params_with_metadata(model, path, metadata):
-    """
-    Save the params and then their metadata; the old metadata goes first, so that a crash in
-    between leaves params without metadata, never params with another run's metadata.
-    """
+    """Save the params, then their metadata, the old removed first: a crash leaves none, never another run's."""
     with contextlib.suppress(FileNotFoundError):
         os.remove(metadata_path(path))
     save_params(model, path)
@@ -60,10 +57,8 @@ def params_variant(state, wanted=None):
 
 def params_architecture(state, wanted=None):
     """
-    What a GPT state_dict says about the model it came from: its variant (params_variant),
-    n_layer, n_embd, vocab_size, block_size, and where its weights depend on them,
-    bottleneck_dim (the perceiver's) and n_head (rope's and the synthesizer's; the other
-    variants' weights do not depend on the number of heads). KeyError if not a GPT's.
+    What a GPT state_dict says of its model: variant, n_layer, n_embd, vocab_size and block_size, and where
+    the weights depend on them, bottleneck_dim and n_head. KeyError if it is not a GPT's.
     """
     vocab_size, n_embd = state["tok_emb.weight"].shape
     blocks = {key.split(".")[1] for key in state if key.startswith("blocks.")}
@@ -83,12 +78,7 @@ def params_architecture(state, wanted=None):
 
 
 def load_params(model, path_or_state):
-    """
-    Load a state_dict saved by save_params, or by the course's code (or the dict itself), into `model`.
-
-    Causal-mask buffers are not learned, so the model keeps its own: files whose
-    masks have another size or none at all (older layouts) load too.
-    """
+    """Load a state_dict (a path, or the dict) into `model`; masks are not learned, so any masks, or none, load."""
     state = path_or_state if isinstance(path_or_state, dict) else read_state_dict(path_or_state)
     state = {k: v for k, v in state.items() if not k.endswith(".mask")}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -100,9 +90,8 @@ def load_params(model, path_or_state):
 
 def load_fitting_params(model, path, variant, corpus_path, purpose):
     """
-    Load the params at `path` into `model` (a GPT of `variant` over the vocabulary of
-    `corpus_path`), or raise RunError saying in one line why they do not fit it and
-    which flags would; `purpose` ("finetune", "evaluate") words the advice.
+    Load the params at `path` into `model`, a GPT of `variant` over `corpus_path`'s vocabulary, or raise
+    RunError saying why they do not fit and which flags would; `purpose` ("finetune", "evaluate") words it.
     """
     try:
         state = read_state_dict(path)

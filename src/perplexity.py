@@ -1,8 +1,4 @@
-"""
-How well a model predicts text: the span-corruption loss of a corpus's documents in
-nats and bits per target character, each document's example drawn once from a seeded
-generator, so that two models (or two epochs of one) are scored on the same examples.
-"""
+"""How well a model predicts a corpus: its documents' span-corruption loss, on the same examples for every model."""
 
 import math
 
@@ -16,9 +12,8 @@ from utils import eval_mode
 @torch.no_grad()
 def corruption_loss(model, dataset, device, seed=0, batch_size=64):
     """
-    (nats summed over every real target, number of those targets) of one span-corruption
-    example per document of `dataset` (a CharCorruptionDataset), drawn with its corrupt_all
-    and a generator seeded with `seed`; dropout off, the model's mode left as it was.
+    The loss in nats summed over the real targets of one example per document of `dataset`, drawn with `seed`,
+    and those targets' count. The model's train/eval mode is left as it was.
     """
     generator = torch.Generator().manual_seed(seed)
     x, y = dataset.corrupt_all(torch.arange(len(dataset)), generator)

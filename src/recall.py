@@ -1,11 +1,9 @@
 """
 python src/recall.py VARIANT PRETRAIN_CORPUS_PATH --reading_params_path PARAMS --eval_corpus_path PAIRS
 
-How many of the held-out people's birthplaces the pretrained params have stored: for
-each person in PAIRS (question<TAB>place) whose biography in the corpus names the
-birthplace, the model continues the biography from just before the place, and a
-completion that starts with the place counts (evaluation.probed_recall). Prints
-"Recalled: X out of Y: Z%", Y being the people who could be probed.
+How many of the held-out people's birthplaces the pretrained params have stored: the model continues each
+biography in the corpus from just before the birthplace, and a completion that starts with it counts
+(evaluation.probed_recall). Prints "Recalled: X out of Y: Z%", Y being the people who could be probed.
 """
 
 import pipeline

@@ -7,9 +7,8 @@ LR_FLOOR = 0.1  # the cosine never takes the rate below 10% of its peak
 
 def lr_multiplier(tokens, warmup_tokens, final_tokens, clamped=False):
     """
-    The learning-rate factor after `tokens` training tokens: a linear warmup, then a
-    cosine floored at LR_FLOOR. The course's progress is not clamped, so the cosine
-    rises again past final_tokens (to the peak at progress 2); clamped=True holds it at the floor.
+    The learning-rate factor after `tokens` tokens: a linear warmup, then a cosine floored at LR_FLOOR. As in
+    the course, the cosine rises again past final_tokens; clamped=True holds it at the floor.
     """
     if tokens < warmup_tokens:
         return tokens / max(1, warmup_tokens)
@@ -33,8 +32,8 @@ class TokenSchedule:
 
     def factor(self, step):
         """
-        The factor of batch `step`'s learning rate (LambdaLR's lr_lambda). As in the course,
-        the rate is set after each step from the tokens seen so far, so the first step runs at the peak.
+        Batch `step`'s learning-rate factor (LambdaLR's lr_lambda). As in the course, it is set after each
+        step from the tokens seen so far, so the first step runs at the peak.
         """
         c = self.config
         if not c.lr_decay or step == 0:

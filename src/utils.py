@@ -35,12 +35,8 @@ def top_k_logits(logits, k):
 @torch.no_grad()
 def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
     """
-    Extend every row of x (B, T) by `steps` tokens, feeding each prediction back in.
-
-    Greedy (the most likely token) unless sample=True, which draws from the
-    softmax of logits/temperature, optionally restricted to the top_k tokens.
-    The model conditions on at most block_size-1 tokens, the length it was trained
-    on. Returns (B, T + steps); the model's train/eval mode is left as it was.
+    Extend every row of x (B, T) by `steps` tokens, each the likeliest or, with sample=True, drawn from the
+    softmax of logits/temperature (of the top_k if given), in eval mode and on at most block_size-1 tokens.
     """
     context = model.get_block_size() - 1
     with eval_mode(model):
@@ -58,12 +54,7 @@ def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
 
 
 def evaluate_places(filepath, predicted_places):
-    """
-    Score predictions against the places of a "question<TAB>place" file.
-
-    Returns (total, correct): the number of questions and of exact matches, or
-    (0, 0) when the file holds questions without answers.
-    """
+    """The number of questions of a question<TAB>place file and of exact predictions; (0, 0) without places."""
     rows = read_question_file(filepath)
     if not rows or rows[0][2] is None:
         return 0, 0

@@ -4,28 +4,20 @@ A synthetic "demo world": the assignment's four data files for fictional people.
     python src/world.py FOLDER [--n_train N] [--n_dev N] [--n_test N] [--n_places N] [--seed S]
                                [--bios_per_person K] [--shuffle_sentences] [--full_names]
 
-writes, in the assignment's formats,
-- wiki.txt: a short biography of each person (or several, see below) ("Full Name. Full Name was ..."), which
-  states the birthplace within its first 100 characters (pretraining examples are
-  cut to at most 112) and, after it, a second place where the person lived or worked;
+- wiki.txt: biographies ("Full Name. Full Name was ..."), each stating the birthplace within its first 100
+  characters (pretraining examples are cut to at most 112), then a second place;
 - birth_places_train.tsv, birth_dev.tsv: "Where was FULL NAME born?<TAB>PLACE";
 - birth_test_inputs.tsv: "Where was FULL NAME born?".
 
-The people of the three splits are disjoint and every one of them has a biography,
-so the dev and test birthplaces are found only in the pretraining corpus: the
-experiment's claim (facts read in pretraining become answerable after finetuning on
-other people) can be shown end to end, on a CPU, without the assignment's data.
+The splits' people are disjoint and all have a biography, so the dev and test birthplaces are found only in
+the pretraining corpus, as the experiment needs, and it runs end to end on a CPU.
 
-Knowledge augmentation (Allen-Zhu and Li, "Physics of Language Models, Part 3.1"
-finds that it decides whether memorised facts can be extracted for held-out people):
---bios_per_person K writes K biographies of each person, each from another template
-but with the same facts; --shuffle_sentences puts each biography's sentences in a
-random order after the name; --full_names repeats the full name wherever a template
-has the last name alone. The defaults write one fixed-order biography per person.
+--bios_per_person, --shuffle_sentences and --full_names are knowledge augmentation, which decides whether such
+facts can be extracted (Allen-Zhu and Li, "Physics of Language Models, Part 3.1").
 
-Names and places are built from syllables (they are nobody and nowhere), birthplaces
-follow a Zipf-like law (the most frequent one is a weak baseline, as London is for the
-real data), and the same sizes and seed always give byte-identical files.
+Names and places are built from syllables (nobody and nowhere), birthplaces follow a Zipf-like law (the most
+frequent one a weak baseline, as London is for the real data), and the same arguments give byte-identical
+files.
 """
 
 import argparse
@@ -70,9 +62,9 @@ FIRST_NAMES = len(STEMS) * len(FIRST_ENDINGS)
 NAME_CAPACITY = FIRST_NAMES * len(STEMS) * len(LAST_ENDINGS)  # distinct (first, last) pairs
 PLACE_CAPACITY = len(STEMS) * len(PLACE_SUFFIXES)
 MIDDLE_NAME_RATE = 0.2
-# run.sh demo's world (docs/demo.md): 50 dev people, so that its accuracies move in steps of 2%; 25
+# run.sh demo's world (docs/demo.md says why): 50 dev people, so that accuracies move in steps of 2%; 25
 # training people, enough to mine frames from, and few, since every biography costs pretraining time;
-# 60 places, so that the most frequent one is a weak baseline; five biographies a person (docs/demo.md says why)
+# 60 places, so that the most frequent one is a weak baseline; five biographies a person
 DEMO_WORLD = "--n_train 25 --n_dev 50 --n_test 1 --n_places 60 --bios_per_person 5 --shuffle_sentences --full_names"
 
 ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s
@@ -164,7 +156,7 @@ def check_sizes(n_train, n_dev, n_test, n_places, bios_per_person=1):
 
 
 def life(rng):
-    """A person's facts besides names and places: {a_job, born, died (None if alive)}."""
+    """A person's facts besides names and places: a_job, born, and died (None if alive)."""
     job = rng.choice(OCCUPATIONS)
     born = rng.randint(FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR)
     died = None
@@ -200,7 +192,7 @@ def build_world(
     shuffle_sentences=False,
     full_names=False,
 ):
-    """The four files of a world, as {file name: contents} (the options: see the module's docstring)."""
+    """The contents of a world's four files by file name (the options: see the module's docstring)."""
     check_sizes(n_train, n_dev, n_test, n_places, bios_per_person)
     rng = random.Random(seed)
     places = [place_name(i) for i in rng.sample(range(PLACE_CAPACITY), n_places)]  # in rank order
@@ -238,7 +230,7 @@ def build_world(
 
 
 def write_world(folder, **kwargs):
-    """Build a world (build_world's arguments) and write its files into folder; {file name: path}."""
+    """Build a world (build_world's arguments), write its files into `folder`, and return their paths by file name."""
     world = build_world(**kwargs)
     paths = {name: str(Path(folder) / name) for name in world}
     for name, text in world.items():
@@ -248,7 +240,7 @@ def write_world(folder, **kwargs):
 
 
 def parse_args(argv=None):
-    """world.py's command line: (the parser, the folder, the seed, write_world's other arguments)."""
+    """Parse world.py's command line into the parser, the folder, the seed and write_world's other arguments."""
     defaults = {name: p.default for name, p in inspect.signature(build_world).parameters.items()}
     parser = argparse.ArgumentParser(
         prog="world.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
