@@ -1,9 +1,6 @@
 """
-run.py's command line as a config.RunConfig: the course's positional arguments and paths,
-the run's controls, and a flag for every Recipe field, generated from its type, default
-and comment (--dropout 0; a yes/no field as --group_by_length or --no-group_by_length).
-run.py and the research scripts parse with it; exit_status runs a
-command and turns the one error type, RunError, into one line and exit code 2.
+run.py's command line as a config.RunConfig, with a flag for every Recipe field made from its
+type, default and comment. exit_status turns the one error type, RunError, into one line and exit code 2.
 """
 
 import argparse
@@ -160,10 +157,7 @@ def build_parser(prog="run.py", description=None):
 
 
 def params_parser(description, params_help, prog=None):
-    """
-    The parser of a command that reads one params file: VARIANT PRETRAIN_CORPUS_PATH
-    --reading_params_path PARAMS [--device DEVICE]; the command adds its own arguments.
-    """
+    """The parser of a command that reads one params file, to which the command adds its own arguments."""
     parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("variant", choices=VARIANTS)
     parser.add_argument("pretrain_corpus_path", help="the pretraining corpus (the vocabulary)")
@@ -185,10 +179,7 @@ def reading_config(args, **more):
 
 
 def parse(argv, parser):
-    """
-    (the RunConfig, the parsed namespace) of a run.py command line; a bad one exits with
-    one line and code 2. `parser` is build_parser()'s, perhaps with more arguments added.
-    """
+    """The RunConfig of a run.py command line, and the parsed namespace; a bad one exits with one line and code 2."""
     args = parser.parse_args(argv)
     given = recipe_fields_given(args)
     try:
@@ -203,8 +194,8 @@ def parse(argv, parser):
 
 def exit_status(prog, call):
     """
-    call()'s exit status as a command's: 0; 2 with a RunError said in one line; 128 + the
-    signal for an interrupted training (its checkpoint kept). torchrun's process group ends here.
+    Run call() as a command: 0, or 2 with a RunError said in one line, or 128 + the signal of an
+    interrupted training. torchrun's process group ends here.
     """
     said = logging.StreamHandler(sys.stderr)  # the library's warnings, one plain line each
     said.setFormatter(logging.Formatter("%(message)s"))

@@ -14,7 +14,7 @@ import threading
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from capture import way_for
+from capture import capture_mode
 
 LENGTH_GROUPING_POOL = 16  # with group_by_length, batches per pool of examples grouped by length
 
@@ -52,7 +52,9 @@ class EpochBatches:
     def __init__(self, dataset, config, device=None):
         self.dataset, self.config, self.device = dataset, config, device or torch.device("cpu")
         self.generator = torch.Generator()
-        self.fixed = config.fixed_shapes or way_for(config, self.device) != "off"  # a captured step replays one shape
+        self.fixed = (
+            config.fixed_shapes or capture_mode(config, self.device) != "off"
+        )  # a captured step replays one shape
         self.cut = not (config.full_padding or self.fixed)  # rows cut after their last real target
         # grouping decides which examples share a batch, whatever the batches' width
         self.bucketed = self.cut or config.group_by_length

@@ -4,7 +4,7 @@ clipping and fused AdamW in one launch instead of hundreds of kernels from the h
 - "cuda_graph": torch.cuda.graph of the eager kernels;
 - "compiled": torch.compile(mode="reduce-overhead"), inductor's kernels in its own CUDA graphs;
 - "fused_graph": inductor's kernels, compiled without its CUDA graphs, captured in one torch.cuda.graph;
-- "auto", the default: see way_for.
+- "auto", the default: see capture_mode.
 
 Capture needs a step that reads nothing back to the host, its learning rate in a tensor (lr_tensor), AdamW's
 capturable state made by eager warm-up steps, and dropout from the default CUDA generator, so that each replay
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 WARMUP_STEPS = 3  # eager steps, on a side stream, before the capture (PyTorch's advice for whole-network capture)
 
 
-def way_for(config, device):
+def capture_mode(config, device):
     """
     The way config.captured_step asks for on this device. "auto" is a CUDA graph on one CUDA process (the
     fastest there: docs/speed.md) without --compile or fp16, whose capture is not yet measured; else off.

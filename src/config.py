@@ -1,7 +1,6 @@
 """
-The settings of the experiment in one place: the block size, Recipe (every training setting,
-the handout's by default) and the named recipes, and RunConfig, what one pretrain, finetune
-or evaluate run is given (pipeline.py runs it).
+The settings of the experiment in one place: Recipe, every training setting, with the named
+recipes, and RunConfig, what one pretrain, finetune or evaluate run is given.
 """
 
 import dataclasses
@@ -84,14 +83,9 @@ def parse_stages(text):
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """
-    Every training setting, with the handout's as defaults; code sets them with
-    dataclasses.replace. A new setting is one line here: run.py's flag, the checkpoint's
-    identity, the params' metadata and the Trainer's setting follow from the field.
-
-    The learning rate warms up over warmup_tokens, then follows the course's cosine, floored
-    at 10% of its peak and rising again after its half period (schedule.py). The half period
-    is decay_epochs epochs of what the stage trains on; finetuning counts epochs of the
-    pretraining corpus, as the course does.
+    Every training setting, with the handout's as defaults. A new setting is one line here:
+    run.py's flag, the checkpoint's identity, the params' metadata and the Trainer's setting
+    follow from the field. The learning rate's schedule is the course's (schedule.py).
     """
 
     n_layer: int = setting(4, size=True)  # Transformer blocks
@@ -216,12 +210,9 @@ class Recipe:
 HANDOUT = Recipe()
 RECIPES = {
     "handout": HANDOUT,
-    # A CPU schedule (docs/cpu-recipe.md): a narrower model, small grouped batches and no dropout,
-    # decayed over its 650 epochs (what two hours on 2 cores hold: docs/readout.md), then 20 epochs
-    # of examples shifted by 0..13 pads at a tenth of the peak rate. Its readout asks the pretrained
-    # model in the corpus's own words, zero-shot (frames.py, with 8 writers; its accuracy:
-    # docs/readout.md). --readout question finetunes on the handout's question instead, at lr 2e-4
-    # with GPT-1's auxiliary loss λ 0.5 (docs/extraction.md).
+    # Two hours on 2 CPU cores (docs/cpu-recipe.md): a narrower model in small grouped batches, then
+    # 20 epochs of shifted examples at a tenth of the rate, read out in the corpus's own words
+    # (docs/readout.md). --readout question finetunes on the question instead (docs/extraction.md).
     "cpu": dataclasses.replace(
         HANDOUT,
         n_head=4,
@@ -239,12 +230,9 @@ RECIPES = {
         readout="frames",
         readout_frames=8,  # under the learned choice, more writers answer more (docs/readout.md)
     ),
-    # The demo world's (run.sh demo, docs/demo.md; with the rope variant): a 4-layer model
-    # pretrained on the biographies alone, 90 epochs at batch 8 in length-grouped batches
-    # (docs/demo.md says why 90), then asked in the biographies' words (frames mined from the
-    # training people's), zero-shot.
-    # The finetuning settings are those of the control without pretraining and, with
-    # --readout question, a gentle finetuning of the pretrained model on the training questions.
+    # The demo world's (run.sh demo, with the rope variant; docs/demo.md says why each setting):
+    # pretrained on the biographies alone and read out in their words. Its finetuning settings
+    # serve the control without pretraining.
     "demo": dataclasses.replace(
         HANDOUT,
         n_head=4,
@@ -270,11 +258,7 @@ FUNCTIONS = ("pretrain", "finetune", "evaluate")
 
 @dataclasses.dataclass
 class RunConfig:
-    """
-    One pretrain, finetune or evaluate run: its inputs and outputs, the recipe, and the
-    run's controls. `given` names the recipe's sizes the command line set: they win over
-    the params' metadata (resolve_recipe).
-    """
+    """One pretrain, finetune or evaluate run: its inputs and outputs, the recipe, and the run's controls."""
 
     function: str  # "pretrain", "finetune" or "evaluate"
     variant: str  # "vanilla", "perceiver", "synthesizer" or "rope"
@@ -288,7 +272,7 @@ class RunConfig:
     mix_corpus_path: Optional[str] = path("input")  # pretrain: question<TAB>place pairs, the stages' "pairs"
     recipe: Recipe = HANDOUT
     recipe_name: str = "handout"
-    given: frozenset = frozenset()  # the recipe fields the command line set
+    given: frozenset = frozenset()  # the recipe fields the command line set: they win over the params' metadata
     seed: int = 0
     device: str = "auto"
     num_workers: Optional[int] = None  # DataLoader workers (None: default_num_workers)
@@ -321,9 +305,8 @@ def default_num_workers(device):
 
 def resolve_recipe(cfg, metadata):
     """
-    The run's recipe. A model size comes from, in this order: the command line (cfg.given),
-    the metadata of the params read (`metadata`, None without them), the recipe. A size the command
-    line gives that the metadata contradicts is refused; so are sizes that make no model of the variant.
+    The run's recipe, its model sizes from the command line, else the metadata of the params
+    read, else the recipe. A size the command line gives that the metadata contradicts is refused.
     """
     recipe = cfg.recipe
     for name, trained in (metadata or {}).items():

@@ -1,10 +1,9 @@
 """
 The frames readout's reading and choosing: "Where was NAME born?" asked in the corpus's own words.
 
-An Ensemble asks a few frames (frames.py) of each person. The greedy continuation of each
-writer frame gives a candidate place; each candidate is then scored by its log-probability
-after every scorer frame. The answer is the candidate the learned choice picks (choice.py),
-or, without its weights, the one whose log-probabilities add up highest.
+The greedy continuation of each writer frame gives a candidate place, and each candidate is
+scored after every scorer frame. The answer is the learned choice's candidate (choice.py), or
+without its weights the one whose log-probabilities add up highest.
 """
 
 import dataclasses

@@ -1,7 +1,6 @@
 """
-What a model's answers are worth: the Evaluation of a question file (its predictions,
-their score and confidence), its details as JSON lines, and how many held-out
-birthplaces a pretrained model recalls, from their biographies or from their names alone.
+What a model's answers are worth: the answers to a question file and their score, their
+details as JSON lines, and how many held-out birthplaces a pretrained model recalls.
 """
 
 import dataclasses
@@ -32,10 +31,8 @@ class Evaluation:
 
 def details_lines(questions, answers, places=None):
     """
-    A line of JSON per question: the question, the answer, its log-probability (the
-    characters and the closing MASK), its lowest character probability, whether the model
-    closed it, and, with the file's places, whether it is right (a score that is not a
-    finite number, NaN or a question without a candidate's -inf, becomes null: valid JSON).
+    A line of JSON per question: the answer and how sure the model was of it (decoding.Answer),
+    and whether it is right where the places are given. A score that is not finite becomes null.
     """
     lines = []
     for i, (question, answer) in enumerate(zip(questions, answers)):
@@ -50,9 +47,8 @@ def details_lines(questions, answers, places=None):
 
 def name_and_frame(name, before):
     """
-    The name probe's prompt: the title, the name and the last two words before the place in
-    the person's own biography ("NAME. NAME born in "), and nothing else of it: no cue the
-    rest of the text gives ("a Lebanese-born journalist") reaches the model.
+    The name probe's prompt, "NAME. NAME born in ": the name and the last two words before the
+    place, so that no cue of the rest of the biography ("a Lebanese-born journalist") reaches the model.
     """
     trimmed = before.rstrip()
     frame = " ".join(trimmed.split()[-2:])
@@ -73,9 +69,8 @@ PROBES = {
 
 def probed_recall(model, corpus, pairs, device, prompt=PROBES["biography"]):
     """
-    (recalled, probed): of the pairs' people whose biography in the corpus names their
-    birthplace, how many the model completes after `prompt` (PROBES, or a script's own;
-    decoding.recalled_places). Every probe counts the same people.
+    How many of the people whose biography names their birthplace the model completes after
+    `prompt`, and how many those people are. Every probe counts the same people.
     """
     try:
         recalled = recalled_places(model.to(device), corpus, pairs, device, prompt)
@@ -98,10 +93,8 @@ def recall_line(recalled, probed):
 
 def rank_answers(cfg, metadata, corpus, model, rows, device):
     """
-    This rank's Answers (every world_size-th) to the questions of `rows` (line number,
-    question, place or None) of eval_corpus_path, read out as the recipe says: greedy after
-    the handout's question, or by the frames readout fitted on finetune_corpus_path's pairs
-    and kept beside the params. `metadata` is that of the params read.
+    This rank's answers, every world_size-th, to the questions of eval_corpus_path's rows:
+    greedy after the handout's question, or by the frames readout, as the recipe says.
     """
     rank, world_size = rank_and_world_size()
     r = cfg.recipe

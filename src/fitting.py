@@ -1,10 +1,6 @@
 """
-The frames readout fitted on the training people, and kept beside the params.
-
-The fit mines the frames (frames.py) and picks the writers one at a time: each is the
-frame that adds most to the summed choice's accuracy on some of the training people. The
-learned choice's weights (choice.py) are then fitted on all of them. The fitted Ensemble is
-kept in a file beside the params, so that the next questions on the same params need no refit.
+The frames readout fitted on the training people, and kept beside the params so that the
+next questions on the same params need no refit.
 """
 
 import contextlib
@@ -33,9 +29,8 @@ FIT_VERSION = 3  # raise it when the fit changes in a way no constant shows, so 
 
 def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=False):
     """
-    The ensemble of `writers` frames fitted on the training (question, place) pairs. Its
-    scorers are the frames that come right before the place (all of them where none does).
-    With `learned`, it holds the learned choice's weights.
+    The ensemble of `writers` frames fitted on the training pairs, with the learned choice's
+    weights if `learned`. Each writer is picked as the frame that adds most to the summed choice.
     """
     mined = mine(corpus.data, pairs, least_people(pairs))
     if not mined.frames:
@@ -115,9 +110,8 @@ def kept_key(fitted_on, settings):
 
 def kept_ensemble(fitted_on, settings, fit):
     """
-    The ensemble kept beside the params where its key (kept_key) holds; else fit()'s, kept
-    there for the next call. Only the first rank writes it, and a folder that refuses the file
-    loses only the keeping. A kept file of another key is refit, and a warning says so.
+    The ensemble kept beside the params where its key holds; else fit()'s, kept there by the
+    first rank. A folder that refuses the file loses only the keeping.
     """
     path = str(fitted_on[0]) + KEPT
     key = kept_key(fitted_on, settings)

@@ -2,10 +2,7 @@
 The frames of the frames readout, mined from the training people's biographies.
 
 A frame is the text a biography puts before a birthplace, with the person's name as NAME:
-"NAME. Born in ", "NAME. NAME was born in ". A frame is the last one to three words before a
-person's birthplace, or before the date that precedes it, and it is kept where enough
-training people share it. The readout asks a frame of each person (ensemble.py); nothing
-here reads the people asked but their names.
+"NAME. Born in ", "NAME. NAME was born in ". It is kept where enough training people share it.
 """
 
 import collections
@@ -28,9 +25,8 @@ def names_in(pairs):
 
 def names_of(rows, path, stoi=None):
     """
-    The name of each question of the rows (line number, question, ...) read from `path`.
-    RunError at the first row that is not "Where was NAME born?", or, given the vocabulary
-    `stoi`, whose name it cannot spell.
+    The name of each question of the rows read from `path`. RunError at the first that is not
+    "Where was NAME born?", or whose name the vocabulary `stoi`, if given, cannot spell.
     """
     names = []
     for line, question, *_ in rows:
@@ -51,10 +47,8 @@ def prompt(frame, name):
 
 def place_in(text, skips=frozenset()):
     """
-    The place a continuation names in its first line: its capitalised words up to a comma,
-    full stop, semicolon or bracket, after the opening words that hold a digit or are
-    `skips` (a date: "3 April 1920 in "). So "New York City, New York" gives "New York City".
-    On the training people's biographies this finds 1,884 of the 1,900 places they name.
+    The place a continuation names: its capitalised words up to a comma, full stop, semicolon
+    or bracket, after any date ("3 April 1920 in "). "New York City, New York" gives "New York City".
     """
     words = text.split("\n")[0].lstrip(" ").split(" ")
     while words and (re.search(r"\d", words[0]) or words[0].strip(",") in skips or not words[0].strip(",-")):

@@ -3,10 +3,8 @@ The library API of a run: pretrain(cfg), finetune(cfg), evaluate(cfg) and recall
 config.RunConfig, with no argparse inside. run.py is a thin command line over these, and the
 research scripts call them with their own configurations and on_epoch_end hooks.
 
-A run is checked first and its recipe resolved against the params it reads. pretrain then
-runs the recipe's stages one after another, each a Trainer on the params the stage before
-left; the last writes the params and their metadata. Training keeps a resumable checkpoint at
-<writing_params_path>.ckpt. Under torchrun every rank runs the same call, and rank 0 alone writes.
+Training keeps a resumable checkpoint at <writing_params_path>.ckpt. Under torchrun every
+rank runs the same call, and rank 0 alone writes.
 """
 
 import contextlib
@@ -130,10 +128,8 @@ def run_identity(cfg, dataset, vocab_size, stage=1):
 
 def trainer_config(cfg, device, pretraining, epochs, batch_size, lr, decay_epochs, decay_examples, **more):
     """
-    The TrainerConfig of one training under cfg's recipe: the Recipe fields the Trainer reads,
-    and this training's own settings under the course's names (the benchmark times exactly
-    this). The cosine's half period is decay_epochs epochs of decay_examples examples. On
-    CUDA, where an epoch takes a fraction of a second, a checkpoint every few minutes.
+    The TrainerConfig of one training: the Recipe fields the Trainer reads, and this training's
+    own settings under the course's names. The cosine's half period is decay_epochs epochs of decay_examples.
     """
     cuda = device.type == "cuda"
     return TrainerConfig(
@@ -147,7 +143,7 @@ def trainer_config(cfg, device, pretraining, epochs, batch_size, lr, decay_epoch
         device=device,
         data_seed=cfg.seed,
         checkpoint_minutes=cfg.checkpoint_minutes or (CUDA_CHECKPOINT_MINUTES if cuda else None),
-        checkpoint_every_epoch=not cuda,
+        checkpoint_every_epoch=not cuda,  # an epoch on CUDA takes a fraction of a second
         **more,
     )
 

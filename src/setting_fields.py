@@ -17,12 +17,10 @@ def setting(
     default=None, *, size=False, choices=(), at_least_zero=False, below=None, stage=None, trainer=None, reading=False
 ):
     """
-    A Recipe field's default and what it applies to, said once. size: it shapes the params
-    (their metadata records it, and a run reading them takes it). choices: its values, the
-    first by default. at_least_zero, below: its range (a number is positive otherwise).
-    stage: the Stage field it fills where a stage leaves it None. trainer: the Trainer reads
-    it, in "pretraining", "finetuning" or every "training" (elsewhere it is the default).
-    reading: only evaluate reads it, so a checkpoint's identity leaves it out.
+    A Recipe field's default and what it applies to, said once. size: it shapes the params.
+    choices: its values, the first by default. at_least_zero, below: its range (else positive).
+    stage: the Stage field it fills where a stage leaves it None. trainer: the Trainer reads it
+    in "pretraining", "finetuning" or every "training". reading: only evaluate reads it.
     """
     metadata = dict(
         size=size,

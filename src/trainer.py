@@ -9,11 +9,7 @@ cost the course's recipe most of its accuracy (docs/optimisation.md).
 Every forward pass adds its mean loss times its share of the global batch's targets, times
 the number of ranks, whose gradients DDP averages. So a batch cut into passes, split over
 ranks, or scored with an auxiliary loss still has the gradient of the batch's mean loss.
-The exact savings are on by default (batching.py, loss_tally.py), and a step that reads
-nothing back can be captured as one CUDA graph (capture.py).
-
-A non-finite loss stops training with a RunError before anything from that step is written.
-SIGINT or SIGTERM stop after the step in progress, with a checkpoint to resume from.
+A step that reads nothing back can be captured as one CUDA graph (capture.py).
 """
 
 import contextlib
@@ -31,7 +27,7 @@ from tqdm.auto import tqdm
 
 import checkpoint
 from batching import EpochBatches, forward_passes, leave_stop_signals_to_the_main_process, rank_rows, to_device
-from capture import captured, lr_tensor, rate_in_tensor, way_for
+from capture import capture_mode, captured, lr_tensor, rate_in_tensor
 from config import HANDOUT
 from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
 from loss_tally import LossTally
@@ -48,10 +44,9 @@ COURSE_NO_DECAY = ("bias", "LayerNorm.weight")  # the course's AdamW rule: names
 
 class TrainerConfig:
     """
-    Optimisation settings: the course's, under its names and with its defaults, and this
-    project's controls. Every kwarg becomes an attribute. The project passes the Recipe fields
-    the Trainer reads (Recipe.trainer_settings) by their Recipe names; without them they are
-    the handout's, but for weight_decay and warmup_tokens, which keep the course's defaults.
+    Optimisation settings: the course's, with its names and defaults, and this project's
+    controls. Every kwarg becomes an attribute; the Recipe fields the Trainer reads are the
+    handout's unless given (Recipe.trainer_settings), but weight_decay and warmup_tokens keep the course's.
     """
 
     # the course's
@@ -107,7 +102,7 @@ def course_adamw(model, config, device):
     its rate is a tensor on the device that the scheduler writes in place.
     """
     fused = device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
-    capture = rate_in_tensor(way_for(config, device), device, fused)
+    capture = rate_in_tensor(capture_mode(config, device), device, fused)
     groups = parameter_groups(model, config.weight_decay, config.decay_groups)
     optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused, capturable=capture)
     if capture:
@@ -183,7 +178,9 @@ class Trainer:
             self.forward = self.ddp = DistributedDataParallel(model, device_ids=device_ids)
         if c.compile:
             self.forward = torch.compile(self.forward, dynamic=True)
-        self.descend = captured(self.gradient_step, way_for(c, self.device), self.device, self.world_size)
+        self.captured_gradient_step = captured(
+            self.gradient_step, capture_mode(c, self.device), self.device, self.world_size
+        )
         self.bar = None  # train()'s progress bar, closed when it returns
 
     def train(self):
@@ -250,7 +247,7 @@ class Trainer:
         One optimizer step on a global batch, captured or not (capture.py). Returns the step's
         learning rate and this rank's part of the loss, a device scalar that is not read back.
         """
-        loss = self.descend(x, y)
+        loss = self.captured_gradient_step(x, y)
         lr = self.config.learning_rate * self.schedule.factor(self.step)
         self.scheduler.step()
         self.step += 1

@@ -13,7 +13,7 @@ import torch._dynamo
 
 import capture
 import checkpoint
-from capture import way_for
+from capture import capture_mode
 from config import Recipe
 from dataset import CharCorruptionDataset
 from model import GPT, VARIANTS, variant_config
@@ -68,7 +68,7 @@ def test_the_step_compiles_once_while_the_learning_rate_moves(corpus, captured_s
     trainer = trainer_of(corpus, fixed_shapes=True, captured_step=captured_step)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    trainer.descend = torch.compile(trainer.gradient_step, backend="eager")
+    trainer.captured_gradient_step = torch.compile(trainer.gradient_step, backend="eager")
     graphs = []
     step = trainer.train_step
 
@@ -111,16 +111,16 @@ def test_the_default_captures_the_step_on_one_cuda_process_alone(corpus, monkeyp
     """captured_step "auto": a CUDA graph on one CUDA process where the step can be captured, else the plain step."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert Recipe().captured_step == "auto" and Recipe(precision="fp16").precision == "fp16"
-    assert way_for(TrainerConfig(), cuda) == way_for(TrainerConfig(precision="tf32"), cuda) == "cuda_graph"
+    assert capture_mode(TrainerConfig(), cuda) == capture_mode(TrainerConfig(precision="tf32"), cuda) == "cuda_graph"
     for settings in (dict(precision="fp16"), dict(compile=True), dict(captured_step="off")):
-        assert way_for(TrainerConfig(**settings), cuda) == "off", settings
-    assert way_for(TrainerConfig(), cpu) == way_for(TrainerConfig(), torch.device("mps")) == "off"
-    assert way_for(TrainerConfig(captured_step="compiled"), cpu) == "compiled", "asked for: captured() warns"
+        assert capture_mode(TrainerConfig(**settings), cuda) == "off", settings
+    assert capture_mode(TrainerConfig(), cpu) == capture_mode(TrainerConfig(), torch.device("mps")) == "off"
+    assert capture_mode(TrainerConfig(captured_step="compiled"), cpu) == "compiled", "asked for: captured() warns"
     plain = trainer_of(corpus)
-    assert plain.batches.cut and plain.descend == plain.gradient_step
+    assert plain.batches.cut and plain.captured_gradient_step == plain.gradient_step
     assert not torch.is_tensor(plain.optimizer.param_groups[0]["lr"])
     monkeypatch.setattr(capture, "rank_and_world_size", lambda: (0, 2))
-    assert way_for(TrainerConfig(), cuda) == "off", "torchrun's ranks step uncaptured"
+    assert capture_mode(TrainerConfig(), cuda) == "off", "torchrun's ranks step uncaptured"
 
 
 def test_a_captured_step_has_batches_of_one_shape(corpus):
@@ -167,7 +167,7 @@ def test_the_captured_step_trains_as_the_eager_one(corpus, way, variant, precisi
     if way in ("compiled", "fused_graph"):
         assert captured.epoch_losses == pytest.approx(eager.epoch_losses, rel=1e-3)
         return
-    assert captured.descend.graph is not None, "captured after its warm-up steps"
+    assert captured.captured_gradient_step.graph is not None, "captured after its warm-up steps"
     assert len([s for s in streams if s is not torch.cuda.graph.default_capture_stream]) == 1, "one side stream"
     assert captured.epoch_losses == eager.epoch_losses
     assert torch.equal(params_of(captured), params_of(eager))
@@ -183,6 +183,6 @@ def test_a_resumed_run_captures_its_step_after_the_restore(corpus, tmp_path):
     trainer_of(corpus, "cuda", epochs=1, **settings).train()
     resumed = trainer_of(corpus, "cuda", **settings, resume_from=checkpoint.read(path))
     resumed.train()
-    assert resumed.descend.graph is not None and resumed.step == whole.step
+    assert resumed.captured_gradient_step.graph is not None and resumed.step == whole.step
     assert resumed.epoch_losses == whole.epoch_losses
     assert torch.equal(params_of(resumed), params_of(whole))

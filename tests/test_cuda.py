@@ -1,6 +1,6 @@
 """
 The CUDA branches, on a GPU only (skipped without one), with the default step (a CUDA graph,
-but with fp16 or torch.compile: capture.way_for): each precision with its GradScaler,
+but with fp16 or torch.compile: capture.capture_mode): each precision with its GradScaler,
 torch.compile, DataLoader workers with pinned memory and an exact resume, the checkpoint's
 RNG of the training GPU, and the KV-cache decoding against the CPU's.
 """
