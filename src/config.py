@@ -100,9 +100,7 @@ class Recipe:
     pretrain_stages: tuple = setting((Stage(),))  # pretraining, stage by stage (Stage; text: stages separated by ';')
     full_names: bool = setting(False, stage="full_names")  # the biographies name their person in full (augment.py)
     clause_dropout: float = setting(0.0, at_least_zero=True, below=1)  # each example leaves each clause out this often
-    held_out_fraction: float = setting(
-        0.0, at_least_zero=True, below=1
-    )  # pretraining holds this share of documents out
+    held_out_fraction: float = setting(0.0, at_least_zero=True, below=1)  # a share of documents held out of pretraining
     finetune_epochs_from_scratch: int = setting(75)  # finetuning epochs without pretrained params
     finetune_epochs_from_pretrained: int = setting(10)  # finetuning epochs from pretrained params
     finetune_batch_size: int = setting(256)  # examples per finetuning step
@@ -123,9 +121,7 @@ class Recipe:
     full_padding: bool = setting(False, trainer="training")  # rows padded to the block, not cut after their targets
     fixed_shapes: bool = setting(False, trainer="training")  # every batch one shape (CUDA graphs), grown with pad rows
     compile: bool = setting(False, trainer="training")  # torch.compile the model for training (speed)
-    captured_step: str = setting(
-        None, choices=("auto", "off", "cuda_graph", "compiled", "fused_graph"), trainer="training"
-    )  # a step replayed on CUDA
+    captured_step: str = setting(choices=CAPTURED_STEPS, trainer="training")  # how a CUDA step is replayed
     sequential_decoding: bool = setting(False)  # evaluate one question at a time without a KV cache (speed)
     readout: str = setting(choices=("question", "frames"), reading=True)  # how evaluate asks
     readout_frames: int = setting(4, reading=True)  # frames readout: how many frames write candidate places
