@@ -42,22 +42,7 @@ STEMS = tuple(a + b for a, b in itertools.product(SYLLABLES, repeat=2))
 FIRST_ENDINGS = ("", "n", "r", "s", "l", "m")
 LAST_ENDINGS = ("", "k", "nen", "ssen", "vic", "ley", "ski", "ez", "dot", "mann", "rup", "ard")
 # No suffix is the start of another, nor of a name ending, so no place is part of another word.
-PLACE_SUFFIXES = (
-    "ton",
-    "burg",
-    "ford",
-    "dale",
-    "vik",
-    "stad",
-    "mouth",
-    "field",
-    "holm",
-    "wick",
-    "polis",
-    "haven",
-    "mere",
-    "gate",
-)
+PLACE_SUFFIXES = tuple("ton burg ford dale vik stad mouth field holm wick polis haven mere gate".split())
 FIRST_NAMES = len(STEMS) * len(FIRST_ENDINGS)
 NAME_CAPACITY = FIRST_NAMES * len(STEMS) * len(LAST_ENDINGS)  # distinct (first, last) pairs
 PLACE_CAPACITY = len(STEMS) * len(PLACE_SUFFIXES)
@@ -69,31 +54,10 @@ DEMO_WORLD = "--n_train 25 --n_dev 50 --n_test 1 --n_places 60 --bios_per_person
 
 ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s
 
-OCCUPATIONS = (
-    "painter",
-    "sculptor",
-    "poet",
-    "novelist",
-    "journalist",
-    "architect",
-    "composer",
-    "violinist",
-    "chemist",
-    "botanist",
-    "engineer",
-    "surgeon",
-    "historian",
-    "economist",
-    "photographer",
-    "actor",
-    "footballer",
-    "cyclist",
-    "politician",
-    "diplomat",
-    "lawyer",
-    "printer",
-    "bishop",
-    "astronomer",
+OCCUPATIONS = tuple(
+    "painter sculptor poet novelist journalist architect composer violinist chemist botanist engineer surgeon "
+    "historian economist photographer actor footballer cyclist politician diplomat lawyer printer bishop "
+    "astronomer".split()
 )
 FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR = 1800, 1990
 PRESENT_YEAR = 2020
