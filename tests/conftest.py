@@ -64,6 +64,11 @@ def cli(*args, env=None):
     return done.returncode, done.stdout, done.stderr
 
 
+def pretrain_args(variant, corpus, writing_params):
+    """The arguments of `run.py pretrain` (add --reading_params_path to go on from params)."""
+    return ["pretrain", variant, corpus, "--writing_params_path", writing_params]
+
+
 def finetune_args(variant, corpus, writing_params, pairs):
     """The arguments of `run.py finetune` from scratch (add --reading_params_path to start from params)."""
     return ["finetune", variant, corpus, "--writing_params_path", writing_params, "--finetune_corpus_path", pairs]
@@ -169,6 +174,57 @@ def tiny_world(tmp_path_factory):
     (folder / "dev.tsv").write_text("\n".join(pairs[60:]) + "\n", encoding="utf-8")
     (folder / "test.tsv").write_text("".join(p.split("\t")[0] + "\n" for p in pairs[60:]), encoding="utf-8")
     return {name: str(folder / name) for name in ["wiki.txt", "train.tsv", "dev.tsv", "test.tsv"]}
+
+
+def copy_params(params, folder):
+    """Copy the params file `params` and the files beside it (metadata, checkpoint) into `folder`: the copy's path."""
+    params = Path(params)
+    for path in params.parent.glob(params.name + "*"):
+        shutil.copy(path, folder)
+    return Path(folder) / params.name
+
+
+def trained_once(tmp_path_factory, args_writing_to):
+    """run.py in-process with the arguments args_writing_to(params), for a session fixture: the params it wrote."""
+    params = tmp_path_factory.mktemp("trained") / "p.params"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(RUNS_DIR)  # as tensorboard_logs_outside_the_checkout does for a test
+        args = args_writing_to(params)
+        assert run_main(*args) == 0, args
+    return params
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tiny_world, tmp_path_factory):
+    """
+    vanilla pretrained for one epoch on the tiny world at the TINY size, its checkpoint kept: for the
+    tests that read such params (copy_params them to change them).
+    """
+    wiki = tiny_world["wiki.txt"]
+    return trained_once(tmp_path_factory, lambda p: [*pretrain_args("vanilla", wiki, p), "--pretrain_epochs", 1,
+                                                     "--keep_checkpoint", *TINY])  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def small_finetuned(tiny_world, tmp_path_factory):
+    """vanilla finetuned from scratch for one epoch on the tiny world's training pairs at the SMALL size."""
+    wiki, pairs = tiny_world["wiki.txt"], tiny_world["train.tsv"]
+    return trained_once(tmp_path_factory, lambda p: [*finetune_args("vanilla", wiki, p, pairs),
+                                                     "--finetune_epochs_from_scratch", 1, *SMALL])  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def small_pretrained(tiny_world, tmp_path_factory):
+    """small_pretrained(variant): its params pretrained for one epoch on the tiny world at the SMALL size."""
+    made, wiki = {}, tiny_world["wiki.txt"]
+
+    def pretrained(variant):
+        if variant not in made:
+            args = lambda p: [*pretrain_args(variant, wiki, p), "--pretrain_epochs", 1, *SMALL]  # noqa: E731
+            made[variant] = trained_once(tmp_path_factory, args)
+        return made[variant]
+
+    return pretrained
 
 
 @pytest.fixture(autouse=True)
