@@ -119,18 +119,17 @@ def test_finetune_from_scratch_then_evaluate_in_a_fresh_process(small_finetuned,
     assert "Traceback" not in err
 
 
-def test_every_run_gets_its_own_tensorboard_folder(tiny_world, tmp_path):
-    """Two runs of the same command (run.sh finetunes vanilla twice) do not write into one folder."""
-    command = [
-        sys.executable,
-        str(ROOT / "src" / "run.py"),
-        *finetune_args("vanilla", tiny_world["wiki.txt"], "m.params", tiny_world["train.tsv"]),
-        "--finetune_epochs_from_scratch",
-        "1",
-        *SMALL,
-    ]
-    for _ in range(2):
-        assert subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=300).returncode == 0
+def test_every_run_gets_its_own_tensorboard_folder(tiny_world, tmp_path, monkeypatch):
+    """
+    Two runs of the same command (run.sh finetunes vanilla twice) do not write into one folder:
+    one in a fresh interpreter, the other in this process (another process, as the second run is).
+    """
+    args = [*finetune_args("vanilla", tiny_world["wiki.txt"], "m.params", tiny_world["train.tsv"]),
+            "--finetune_epochs_from_scratch", "1", *SMALL]  # fmt: skip
+    command = [sys.executable, str(ROOT / "src" / "run.py"), *args]
+    assert subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=300).returncode == 0
+    monkeypatch.chdir(tmp_path)  # expt/ under the working directory, as the first run's
+    assert main(*args) == 0
     runs = list((tmp_path / "expt" / "finetune").iterdir())
     assert len(runs) == 2 and all(run.name.startswith("run_vanilla_16_pt_lr_0.006_ft_lr_0.0006_") for run in runs)
 

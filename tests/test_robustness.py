@@ -491,17 +491,13 @@ def test_torchrun_with_more_processes_than_gpus_is_one_line(monkeypatch, tmp_pat
         pipeline.start_device(RunConfig("pretrain", "vanilla", str(tmp_path)))
 
 
-def train_on_ranks(rank, world_size, port, wiki, results, rope=False, pairs=None):
+def train_on_ranks(rank, wiki, results, rope=False, pairs=None):
     """
-    One rank of a DDP run (or the single process) on the tiny world, without dropout: pretraining,
-    or with `pairs` finetuning with the auxiliary LM loss, in batches of 59 of the 60 pairs
-    (the second batch's one row leaves rank 1 a placeholder row that must count for nothing).
+    One rank of a DDP run (in a process group already started) or the single process, on the tiny
+    world without dropout: pretraining, or with `pairs` finetuning with the auxiliary LM loss, in
+    batches of 59 of the 60 pairs (the second batch's one row leaves rank 1 a placeholder row that
+    must count for nothing).
     """
-    import torch.distributed as dist
-
-    if world_size > 1:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
     random.seed(0)
     torch.manual_seed(0)
     dataset = CharCorruptionDataset(wiki, 64)
@@ -537,8 +533,6 @@ def train_on_ranks(rank, world_size, port, wiki, results, rope=False, pairs=None
     trainer.train()
     if rank == 0:
         torch.save({"state": model.state_dict(), "step": trainer.step, "losses": trainer.epoch_losses}, results)
-    if world_size > 1:
-        dist.destroy_process_group()
 
 
 def free_port():
@@ -549,46 +543,71 @@ def free_port():
         return s.getsockname()[1]
 
 
-def checkpoint_on_ranks(rank, world_size, port, wiki, folder):
+def checkpoint_on_ranks(rank, wiki, folder):
     """
     One of two gloo ranks pretraining with a checkpoint due every step by rank 0's clock and
     never by rank 1's, which stands still: how many checkpoints each rank took part in, to folder.
+    """
+    clock = time.monotonic
+    if rank == 1:
+        time.monotonic = lambda: 0.0
+    try:
+        torch.manual_seed(0)
+        dataset = CharCorruptionDataset(wiki, 64)
+        model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=1, n_head=2, n_embd=16))
+        config = TrainerConfig(
+            max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2,
+            checkpoint_path=str(folder / "c.ckpt"), checkpoint_minutes=1e-9,
+        )  # fmt: skip
+        trainer = Trainer(model, dataset, None, config)
+        saves = checkpoint_steps(trainer)
+        trainer.train()
+    finally:
+        time.monotonic = clock
+    torch.save(saves, folder / f"saves{rank}.pt")
+
+
+TWO_RANK_CASES = [(False, False), (True, False), (False, True)]  # (rope, auxiliary)
+
+
+def on_two_ranks(rank, world_size, port, wiki, pairs, folder):
+    """
+    One of two gloo ranks, in one process group for all the module's runs on two ranks (each
+    spawn starts two fresh interpreters): every case of TWO_RANK_CASES, then the timed checkpoints.
     """
     import datetime
 
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=30))
-    if rank == 1:
-        time.monotonic = lambda: 0.0
-    torch.manual_seed(0)
-    dataset = CharCorruptionDataset(wiki, 64)
-    model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=1, n_head=2, n_embd=16))
-    config = TrainerConfig(
-        max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2,
-        checkpoint_path=str(folder / "c.ckpt"), checkpoint_minutes=1e-9,
-    )  # fmt: skip
-    trainer = Trainer(model, dataset, None, config)
-    saves = checkpoint_steps(trainer)
-    trainer.train()
-    torch.save(saves, folder / f"saves{rank}.pt")
+    # a collective one rank never joins fails in a minute instead of hanging the run
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60))
+    for rope, auxiliary in TWO_RANK_CASES:
+        train_on_ranks(rank, wiki, folder / f"two_{rope}_{auxiliary}.pt", rope, pairs if auxiliary else None)
+    checkpoint_on_ranks(rank, wiki, folder)
     dist.destroy_process_group()
 
 
-def test_ranks_take_the_timed_checkpoint_together(tiny_world, tmp_path):
+@pytest.fixture(scope="module")
+def two_ranks(tiny_world, tmp_path_factory):
+    """The folder of what on_two_ranks wrote: the two-rank runs of the tests below, spawned once for them all."""
+    folder = tmp_path_factory.mktemp("two_ranks")
+    wiki, pairs = (open(tiny_world[name], encoding="utf-8").read() for name in ["wiki.txt", "train.tsv"])
+    mp.start_processes(on_two_ranks, args=(2, free_port(), wiki, pairs, folder), nprocs=2, start_method="spawn")
+    return folder
+
+
+def test_ranks_take_the_timed_checkpoint_together(two_ranks):
     """Their clocks disagree on when checkpoint_minutes have passed: one decision, no mismatched collectives."""
-    wiki = open(tiny_world["wiki.txt"], encoding="utf-8").read()
-    mp.start_processes(checkpoint_on_ranks, args=(2, free_port(), wiki, tmp_path), nprocs=2, start_method="spawn")
-    saves = [torch.load(tmp_path / f"saves{rank}.pt") for rank in (0, 1)]
+    saves = [torch.load(two_ranks / f"saves{rank}.pt") for rank in (0, 1)]
     steps_per_epoch = math.ceil(84 / 8)
     assert saves[0] == saves[1]  # the same checkpoints, at the same steps
     timed = [step for step in saves[0] if step % steps_per_epoch]  # within an epoch: every second step, read back
     assert timed and all(step % 2 == 0 for step in timed)
 
 
-@pytest.mark.parametrize("rope, auxiliary", [(False, False), (True, False), (False, True)])
-def test_two_ranks_train_like_one_process(tiny_world, tmp_path, rope, auxiliary):
+@pytest.mark.parametrize("rope, auxiliary", TWO_RANK_CASES)
+def test_two_ranks_train_like_one_process(two_ranks, tiny_world, tmp_path, rope, auxiliary):
     """Same global batches and schedule: two gloo ranks end where one process does (up to float rounding)."""
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
         wiki = f.read()
@@ -596,11 +615,9 @@ def test_two_ranks_train_like_one_process(tiny_world, tmp_path, rope, auxiliary)
     if auxiliary:
         with open(tiny_world["train.tsv"], encoding="utf-8") as f:
             pairs = f.read()
-    train_on_ranks(0, 1, None, wiki, tmp_path / "one.pt", rope, pairs)
-    mp.start_processes(
-        train_on_ranks, args=(2, free_port(), wiki, tmp_path / "two.pt", rope, pairs), nprocs=2, start_method="spawn"
-    )
-    one, two = torch.load(tmp_path / "one.pt", weights_only=True), torch.load(tmp_path / "two.pt", weights_only=True)
+    train_on_ranks(0, wiki, tmp_path / "one.pt", rope, pairs)
+    one = torch.load(tmp_path / "one.pt", weights_only=True)
+    two = torch.load(two_ranks / f"two_{rope}_{auxiliary}.pt", weights_only=True)
     assert one["step"] == two["step"] == (4 if auxiliary else 12)
     assert one["losses"] == pytest.approx(two["losses"], rel=1e-4)
     for key, value in one["state"].items():
