@@ -151,6 +151,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than about 15 s on two cores (-m 'not slow' skips them)")
 
 
+# The whole assignment through run.sh and the notebooks: the longest tests, about a minute each on two cores.
+END_TO_END = {"test_run_sh.py", "test_notebook.py"}
+
+
+def pytest_collection_modifyitems(items):
+    """
+    The files in the order that pytest-xdist hands them to the workers (pytest.ini: a file at a
+    time): the end-to-end tests first, then the files with slow tests, so that the longest start
+    early and short files fill in beside them, instead of a long file run alone at the end.
+    """
+    slow = {item.path.name for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path.name not in END_TO_END, item.path.name not in slow))
+
+
 @pytest.fixture(scope="session")
 def a5_dir():
     """The assignment's data folder; tests that need it skip when it is absent."""
