@@ -2,6 +2,7 @@
 
 import atexit
 import contextlib
+import functools
 import os
 import random
 import shutil
@@ -198,13 +199,12 @@ def copy_params(params, folder):
     return Path(folder) / params.name
 
 
-def trained_once(tmp_path_factory, args_writing_to):
-    """run.py in-process with the arguments args_writing_to(params), for a session fixture: the params it wrote."""
+def trained_once(tmp_path_factory, command, *flags):
+    """run.py in-process, `command(params)` then flags, for a session fixture: the params it wrote (p.params)."""
     params = tmp_path_factory.mktemp("trained") / "p.params"
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(RUNS_DIR)  # as tensorboard_logs_outside_the_checkout does for a test
-        args = args_writing_to(params)
-        assert run_main(*args) == 0, args
+        assert run_main(*command(params), *flags) == 0, (command(params), flags)
     return params
 
 
@@ -214,28 +214,26 @@ def tiny_pretrained(tiny_world, tmp_path_factory):
     vanilla pretrained for one epoch on the tiny world at the TINY size, its checkpoint kept: for the
     tests that read such params (copy_params them to change them).
     """
-    wiki = tiny_world["wiki.txt"]
-    return trained_once(tmp_path_factory, lambda p: [*pretrain_args("vanilla", wiki, p), "--pretrain_epochs", 1,
-                                                     "--keep_checkpoint", *TINY])  # fmt: skip
+    command = functools.partial(pretrain_args, "vanilla", tiny_world["wiki.txt"])
+    return trained_once(tmp_path_factory, command, "--pretrain_epochs", 1, "--keep_checkpoint", *TINY)
 
 
 @pytest.fixture(scope="session")
 def small_finetuned(tiny_world, tmp_path_factory):
     """vanilla finetuned from scratch for one epoch on the tiny world's training pairs at the SMALL size."""
-    wiki, pairs = tiny_world["wiki.txt"], tiny_world["train.tsv"]
-    return trained_once(tmp_path_factory, lambda p: [*finetune_args("vanilla", wiki, p, pairs),
-                                                     "--finetune_epochs_from_scratch", 1, *SMALL])  # fmt: skip
+    command = functools.partial(finetune_args, "vanilla", tiny_world["wiki.txt"], pairs=tiny_world["train.tsv"])
+    return trained_once(tmp_path_factory, command, "--finetune_epochs_from_scratch", 1, *SMALL)
 
 
 @pytest.fixture(scope="session")
 def small_pretrained(tiny_world, tmp_path_factory):
     """small_pretrained(variant): its params pretrained for one epoch on the tiny world at the SMALL size."""
-    made, wiki = {}, tiny_world["wiki.txt"]
+    made = {}
 
     def pretrained(variant):
         if variant not in made:
-            args = lambda p: [*pretrain_args(variant, wiki, p), "--pretrain_epochs", 1, *SMALL]  # noqa: E731
-            made[variant] = trained_once(tmp_path_factory, args)
+            command = functools.partial(pretrain_args, variant, tiny_world["wiki.txt"])
+            made[variant] = trained_once(tmp_path_factory, command, "--pretrain_epochs", 1, *SMALL)
         return made[variant]
 
     return pretrained
