@@ -2,6 +2,7 @@
 
 import atexit
 import contextlib
+import functools
 import os
 import random
 import shutil
@@ -62,6 +63,11 @@ def cli(*args, env=None):
     """Run src/run.py in a fresh interpreter, as a user does: (exit code, stdout, stderr)."""
     done = run_process([sys.executable, RUN_PY, *map(str, args)], timeout=300, cwd=RUNS_DIR, env=env)
     return done.returncode, done.stdout, done.stderr
+
+
+def pretrain_args(variant, corpus, writing_params):
+    """The arguments of `run.py pretrain` (add --reading_params_path to go on from params)."""
+    return ["pretrain", variant, corpus, "--writing_params_path", writing_params]
 
 
 def finetune_args(variant, corpus, writing_params, pairs):
@@ -146,6 +152,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than about 15 s on two cores (-m 'not slow' skips them)")
 
 
+# The whole assignment through run.sh and the notebooks: the longest tests, about a minute each on two cores.
+END_TO_END = {"test_run_sh.py", "test_notebook.py"}
+
+
+def pytest_collection_modifyitems(items):
+    """
+    The files in the order that pytest-xdist hands them to the workers (pytest.ini: a file at a
+    time): the end-to-end tests first, then the files with slow tests, so that the longest start
+    early and short files fill in beside them, instead of a long file run alone at the end.
+    """
+    slow = {item.path.name for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path.name not in END_TO_END, item.path.name not in slow))
+
+
 @pytest.fixture(scope="session")
 def a5_dir():
     """The assignment's data folder; tests that need it skip when it is absent."""
@@ -169,6 +189,54 @@ def tiny_world(tmp_path_factory):
     (folder / "dev.tsv").write_text("\n".join(pairs[60:]) + "\n", encoding="utf-8")
     (folder / "test.tsv").write_text("".join(p.split("\t")[0] + "\n" for p in pairs[60:]), encoding="utf-8")
     return {name: str(folder / name) for name in ["wiki.txt", "train.tsv", "dev.tsv", "test.tsv"]}
+
+
+def copy_params(params, folder):
+    """Copy the params file `params` and the files beside it (metadata, checkpoint) into `folder`: the copy's path."""
+    params = Path(params)
+    for path in params.parent.glob(params.name + "*"):
+        shutil.copy(path, folder)
+    return Path(folder) / params.name
+
+
+def trained_once(tmp_path_factory, command, *flags):
+    """run.py in-process, `command(params)` then flags, for a session fixture: the params it wrote (p.params)."""
+    params = tmp_path_factory.mktemp("trained") / "p.params"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(RUNS_DIR)  # as tensorboard_logs_outside_the_checkout does for a test
+        assert run_main(*command(params), *flags) == 0, (command(params), flags)
+    return params
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tiny_world, tmp_path_factory):
+    """
+    vanilla pretrained for one epoch on the tiny world at the TINY size, its checkpoint kept: for the
+    tests that read such params (copy_params them to change them).
+    """
+    command = functools.partial(pretrain_args, "vanilla", tiny_world["wiki.txt"])
+    return trained_once(tmp_path_factory, command, "--pretrain_epochs", 1, "--keep_checkpoint", *TINY)
+
+
+@pytest.fixture(scope="session")
+def small_finetuned(tiny_world, tmp_path_factory):
+    """vanilla finetuned from scratch for one epoch on the tiny world's training pairs at the SMALL size."""
+    command = functools.partial(finetune_args, "vanilla", tiny_world["wiki.txt"], pairs=tiny_world["train.tsv"])
+    return trained_once(tmp_path_factory, command, "--finetune_epochs_from_scratch", 1, *SMALL)
+
+
+@pytest.fixture(scope="session")
+def small_pretrained(tiny_world, tmp_path_factory):
+    """small_pretrained(variant): its params pretrained for one epoch on the tiny world at the SMALL size."""
+    made = {}
+
+    def pretrained(variant):
+        if variant not in made:
+            command = functools.partial(pretrain_args, variant, tiny_world["wiki.txt"])
+            made[variant] = trained_once(tmp_path_factory, command, "--pretrain_epochs", 1, *SMALL)
+        return made[variant]
+
+    return pretrained
 
 
 @pytest.fixture(autouse=True)

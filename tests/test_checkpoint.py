@@ -12,7 +12,7 @@ import checkpoint
 import params
 import pipeline
 from config import CUDA_CHECKPOINT_MINUTES, HANDOUT, INPUTS, Recipe, RunConfig
-from conftest import TINY, another_value, checkpoint_steps, one_line_error
+from conftest import TINY, another_value, checkpoint_steps, one_line_error, pretrain_args
 from dataset import CharCorruptionDataset
 from errors import RunError
 from model import GPT, GPTConfig
@@ -85,7 +85,7 @@ def test_a_checkpoint_of_the_code_before_is_refused_in_one_line(tmp_path, tiny_w
     assert len(message.splitlines()) == 1 and path in message
     assert "written by an earlier version of this code: delete it to start over" in message
     # and so is resuming from one
-    argv = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", path[: -len(".ckpt")], "--resume"]
+    argv = [*pretrain_args("vanilla", tiny_world["wiki.txt"], path[: -len(".ckpt")]), "--resume"]
     err = one_line_error(capsys, *argv, "--pretrain_epochs", 1, *TINY)
     assert err == f"run.py: error: {message}"
     assert not (tmp_path / "p.params").exists()

@@ -4,26 +4,26 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
-import sys
+import shutil
 
 import pytest
 import torch
 
 import arguments
+import dataset
 import london_baseline
 import probed_pretraining
 from config import HANDOUT, RECIPES, Recipe
 from conftest import (
     CPU_FLAGS,
-    ROOT,
     SMALL,
     TINY,
     another_value,
-    cli,
+    copy_params,
     evaluate_args,
     finetune_args,
     one_line_error,
+    pretrain_args,
     run_main_exit,
 )
 from conftest import run_main as main
@@ -31,55 +31,32 @@ from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
 
 
-def test_input_errors_are_one_line(tiny_world, tmp_path):
+def test_input_errors_are_one_line(small_finetuned, tiny_world, tmp_path, capsys):
     params = tmp_path / "v.params"
     bad_tsv = tmp_path / "bad.tsv"
     bad_tsv.write_text("Where was A born?\tParis\nWhere was B born? Lima\n", encoding="utf-8")
-    code, _, err = cli(
-        *finetune_args("vanilla", tiny_world["wiki.txt"], params, bad_tsv),
-        *SMALL,
-    )
-    assert code == 2 and str(bad_tsv) in err and "line 2" in err and len(err.strip().splitlines()) == 1
+    err = one_line_error(capsys, *finetune_args("vanilla", tiny_world["wiki.txt"], params, bad_tsv), *SMALL)
+    assert str(bad_tsv) in err and "line 2" in err
     assert not params.exists()
 
-    code, _, err = cli("pretrain", "vanilla", tmp_path / "missing.txt", "--writing_params_path", params, *SMALL)
-    assert code == 2 and "missing.txt" in err and len(err.strip().splitlines()) == 1
+    err = one_line_error(capsys, *pretrain_args("vanilla", tmp_path / "missing.txt", params), *SMALL)
+    assert "missing.txt" in err
 
-    assert (
-        main(
-            *finetune_args("vanilla", tiny_world["wiki.txt"], params, tiny_world["train.tsv"]),
-            "--finetune_epochs_from_scratch",
-            1,
-            *SMALL,
-        )
-        == 0
-    )
-    code, _, err = cli(
-        *evaluate_args("perceiver", tiny_world["wiki.txt"], params, tiny_world["dev.tsv"], tmp_path / "p.txt"),
-        *SMALL,
-    )
-    assert code == 2 and "was trained as vanilla" in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "p.txt").exists()
+    outputs = tmp_path / "p.txt"
+    asked = evaluate_args("perceiver", tiny_world["wiki.txt"], small_finetuned, tiny_world["dev.tsv"], outputs)
+    assert "was trained as vanilla" in one_line_error(capsys, *asked, *SMALL)
+    assert not outputs.exists()
 
 
-def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
+def test_bad_settings_fail_before_any_work(small_finetuned, tiny_world, tmp_path, capsys):
     wiki, train, dev = tiny_world["wiki.txt"], tiny_world["train.tsv"], tiny_world["dev.tsv"]
     long_pair = tmp_path / "long.tsv"
     long_pair.write_text("Where was " + "A" * 200 + " born?\tParis\n", encoding="utf-8")
     mixed = tmp_path / "mixed.tsv"
     mixed.write_text("Where was Ada Berg born?\tParis\nWhere was Ada Costa born?\n", encoding="utf-8")
-    params = tmp_path / "p.params"
-    assert (
-        main(
-            *finetune_args("vanilla", wiki, params, train),
-            "--finetune_epochs_from_scratch",
-            1,
-            *SMALL,
-        )
-        == 0
-    )
+    params = small_finetuned
     cases = [
-        (["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path], "is a directory"),
+        (pretrain_args("vanilla", wiki, tmp_path), "is a directory"),
         (
             [
                 *finetune_args("vanilla", wiki, tmp_path / "x.params", long_pair),
@@ -93,7 +70,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
             "line 2: expected 'question' on every line",
         ),
         (
-            ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--n_head", "3"],
+            [*pretrain_args("vanilla", wiki, tmp_path / "x.params"), "--n_head", "3"],
             "must be a multiple of --n_head 3",
         ),
     ]
@@ -109,7 +86,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     if not torch.cuda.is_available():
         cases.append(
             (
-                ["pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--device", "cuda"],
+                [*pretrain_args("vanilla", wiki, tmp_path / "x.params"), "--device", "cuda"],
                 "device cuda is not available",
             )
         )
@@ -121,7 +98,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     assert not (tmp_path / "x.params").exists() and not (tmp_path / "mixed.predictions").exists()
 
     with pytest.raises(SystemExit) as exit_info:
-        main("pretrain", "vanilla", wiki, "--writing_params_path", tmp_path / "x.params", "--pretrain_epochs", "0")
+        main(*pretrain_args("vanilla", wiki, tmp_path / "x.params"), "--pretrain_epochs", "0")
     assert exit_info.value.code == 2 and "pretrain_epochs must be positive, got 0" in capsys.readouterr().err
     err = one_line_error(
         capsys, *finetune_args("vanilla", wiki, tmp_path / "x.params", train), "--mix_corpus_path", train
@@ -136,7 +113,7 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
     ]
     for flags, message in research:
         capsys.readouterr()
-        argv = ["pretrain", "vanilla", wiki, *SMALL, "--writing_params_path", tmp_path / "x.params", *flags]
+        argv = [*pretrain_args("vanilla", wiki, tmp_path / "x.params"), *SMALL, *flags]
         assert probed_pretraining.main([str(a) for a in argv]) == 2, flags
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
@@ -147,16 +124,16 @@ def test_bad_settings_fail_before_any_work(tiny_world, tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def params_files(tiny_world, tmp_path_factory):
+def params_files(tiny_pretrained, tiny_world, tmp_path_factory):
     """
     Params of several kinds, trained for one epoch on the tiny world, without the metadata beside
     them (as the course's code writes params): the checks that read the weights alone.
     """
     folder = tmp_path_factory.mktemp("params")
     wiki = tiny_world["wiki.txt"]
-    files = {}
+    files = {"vanilla": folder / "vanilla.params"}
+    shutil.copy(tiny_pretrained, files["vanilla"])  # the params alone
     for name, extra in [
-        ("vanilla", ["vanilla"]),
         ("perceiver8", ["perceiver"]),
         ("wide", ["vanilla", "--n_embd", "32"]),
         ("rope", ["rope"]),
@@ -164,11 +141,7 @@ def params_files(tiny_world, tmp_path_factory):
         files[name] = folder / f"{name}.params"
         assert (
             main(
-                "pretrain",
-                extra[0],
-                wiki,
-                "--writing_params_path",
-                files[name],
+                *pretrain_args(extra[0], wiki, files[name]),
                 "--pretrain_epochs",
                 1,
                 *TINY,
@@ -224,24 +197,10 @@ def test_bad_params_files(case, variant, flags, message, params_files, tiny_worl
     assert not outputs.exists()
 
 
-def test_params_know_what_they_are(tiny_world, tmp_path, capsys):
+def test_params_know_what_they_are(tiny_pretrained, tiny_world, tmp_path, capsys):
     """The metadata beside params supplies the sizes left out; contradicting ones, another vocabulary: refused."""
     wiki, dev = tiny_world["wiki.txt"], tiny_world["dev.tsv"]
-    params, outputs = tmp_path / "p.params", tmp_path / "dev.predictions"
-    assert (
-        main(
-            "pretrain",
-            "vanilla",
-            wiki,
-            "--writing_params_path",
-            params,
-            "--pretrain_epochs",
-            1,
-            "--keep_checkpoint",
-            *TINY,
-        )
-        == 0
-    )
+    params, outputs = copy_params(tiny_pretrained, tmp_path), tmp_path / "dev.predictions"
     metadata = json.loads((tmp_path / "p.params.json").read_text(encoding="utf-8"))
     text = open(wiki, encoding="utf-8").read()
     assert {k: metadata[k] for k in ["variant", "n_layer", "n_head", "n_embd", "block_size"]} == dict(
@@ -307,7 +266,7 @@ def test_unusable_corpus(kind, tmp_path, capsys):
     elif kind == "blank lines only":
         corpus.write_text("\n\r\n  \n", encoding="utf-8")
     params = tmp_path / "p.params"
-    err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", params, *TINY)
+    err = one_line_error(capsys, *pretrain_args("vanilla", corpus, params), *TINY)
     assert str(corpus) in err
     assert not params.exists()
 
@@ -321,16 +280,12 @@ def test_a_corpus_with_a_reserved_character_is_refused_naming_its_line(
     corpus.write_text(f"Ada Berg was born in Paris.\nBruno Costa{reserved} was born in Lima.\n", encoding="utf-8")
     output = tmp_path / "out"
     if command == "dataset.py":
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "src" / "dataset.py"), "charcorruption", "--pretrain_corpus_path", str(corpus)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        code, err = done.returncode, done.stderr.strip()
-        assert code == 2 and len(err.splitlines()) == 1 and not done.stdout, err
+        capsys.readouterr()
+        code = dataset.main(["charcorruption", "--pretrain_corpus_path", str(corpus)])
+        out, err = capsys.readouterr()
+        assert code == 2 and len(err.strip().splitlines()) == 1 and not out, err
     elif command == "pretrain":
-        err = one_line_error(capsys, "pretrain", "vanilla", corpus, "--writing_params_path", output, *TINY)
+        err = one_line_error(capsys, *pretrain_args("vanilla", corpus, output), *TINY)
     else:
         err = one_line_error(
             capsys,
@@ -414,85 +369,80 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         (["pretrain", "vanilla", "WIKI"], "pretrain needs --writing_params_path"),
         (["finetune", "vanilla", "WIKI", "--writing_params_path", "x.params"], "--finetune_corpus_path"),
         (["evaluate", "vanilla", "WIKI", "--reading_params_path", "x"], "--eval_corpus_path and --outputs_path"),
-        (["pretrain", "transformer", "WIKI", "--writing_params_path", "x"], "invalid choice: 'transformer'"),
+        (pretrain_args("transformer", "WIKI", "x"), "invalid choice: 'transformer'"),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--checkpoint_minutes", "0"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--checkpoint_minutes", "0"],
             "must be a positive finite number, got 0",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--dropout", "1"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--dropout", "1"],
             "dropout must be below 1, got 1.0",
         ),
-        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--recipe", "gpu"], "invalid choice: 'gpu'"),
+        ([*pretrain_args("vanilla", "WIKI", "x"), "--recipe", "gpu"], "invalid choice: 'gpu'"),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--decay_groups", "nanogpt"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--decay_groups", "nanogpt"],
             "argument --decay_groups: invalid choice: 'nanogpt' (choose from 'course', 'matmul')",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "inf"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_lr", "inf"],
             "pretrain_lr must be a finite number, got inf",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_lr", "nan"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_lr", "nan"],
             "pretrain_lr must be a finite number, got nan",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--weight_decay", "-0.1"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--weight_decay", "-0.1"],
             "weight_decay must be at least 0, got -0.1",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--decay_epochs", "0"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--decay_epochs", "0"],
             "decay_epochs must be positive, got 0",
         ),
         (
-            ["pretrain", "perceiver", "WIKI", "--writing_params_path", "x", "--bottleneck_dim", "256"],
+            [*pretrain_args("perceiver", "WIKI", "x"), "--bottleneck_dim", "256"],
             "--bottleneck_dim 256 is more than the block size 128",
         ),
-        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "WIKI"], "is also the --pretrain_corpus_path"),
+        (pretrain_args("vanilla", "WIKI", "WIKI"), "is also the --pretrain_corpus_path"),
         ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout", "x"], "'x' is not a float"),
         (
             [*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--full_padding=maybe"],
             "argument --full_padding/--no-full_padding: ignored explicit argument 'maybe'",
         ),
         ([*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--dropout"], "argument --dropout: expected one argument"),
-        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max", "5"], "unrecognized arguments: --max"),
-        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--max_shift", "15"], "in 0..14, got 15"),
+        ([*pretrain_args("vanilla", "WIKI", "x"), "--max", "5"], "unrecognized arguments: --max"),
+        ([*pretrain_args("vanilla", "WIKI", "x"), "--max_shift", "15"], "in 0..14, got 15"),
         (
             [
-                "pretrain",
-                "vanilla",
-                "WIKI",
-                "--writing_params_path",
-                "x",
+                *pretrain_args("vanilla", "WIKI", "x"),
                 "--pretrain_stages",
                 "corpus; corpus epochs=-1",
             ],
             "epochs must be positive, got -1",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus max_shift=15"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus max_shift=15"],
             "max_shift must be in 0..14, got 15",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus epoch=3"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus epoch=3"],
             "stage 'corpus epoch=3': 'epoch' is not one of epochs, lr, max_shift, decay_epochs",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus lr=fast"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus lr=fast"],
             "stage 'corpus lr=fast': lr: 'fast' is not a float",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "books"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "books"],
             "its data must be one of corpus, pairs, corpus+pairs, got 'books'",
         ),
-        (["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", ";"], "at least one stage"),
+        ([*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", ";"], "at least one stage"),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus; pairs"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus; pairs"],
             "pretraining stage 2 trains on the pairs alone: give --mix_corpus_path",
         ),
         (
-            ["pretrain", "vanilla", "WIKI", "--writing_params_path", "x", "--pretrain_stages", "corpus"]
-            + ["--mix_corpus_path", "WIKI"],
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus"] + ["--mix_corpus_path", "WIKI"],
             "--mix_corpus_path: no pretraining stage trains on the pairs (see --pretrain_stages)",
         ),
     ],
@@ -513,7 +463,7 @@ def test_command_line_mistakes_are_one_line(args, message, tiny_world, capsys):
     ],
 )
 def test_the_flags_of_earlier_versions_point_to_their_replacements(flag, replacement, tiny_world, tmp_path, capsys):
-    args = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", tmp_path / "p.params", *flag]
+    args = [*pretrain_args("vanilla", tiny_world["wiki.txt"], tmp_path / "p.params"), *flag]
     code, err = run_main_exit(capsys, *args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and f"{flag[0].split('=')[0]} is gone: " in err, err
     assert replacement in err and not list(tmp_path.iterdir())
@@ -524,10 +474,14 @@ def parsed(*flags):
     return arguments.parse(["pretrain", "vanilla", "w.txt", *flags], arguments.build_parser())[0]
 
 
-def test_every_recipe_field_is_a_flag_and_a_yes_no_one_has_its_no():
+def test_every_recipe_field_is_a_flag_and_a_yes_no_one_has_its_no(capsys, monkeypatch):
     """run.py's recipe flags are generated from Recipe: a new field is a flag of its own, listed by --help."""
-    code, out, err = cli("--help")
-    assert code == 0 and not err
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps --help to the terminal: the width of a pipe's fallback
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main("--help")
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0 and not err
     options = {option: action for action in arguments.build_parser()._actions for option in action.option_strings}
     recipes_listed = out.split("recipe settings, handout / cpu / demo:")[1]  # --help's end: every recipe's values
     assert parsed().given == frozenset() and parsed().recipe == HANDOUT

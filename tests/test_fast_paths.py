@@ -256,12 +256,12 @@ def test_an_epoch_of_the_cpu_recipe_trains_alike_with_fixed_shapes(tiny_world, t
     one shape, trains on the same batches as without: params within float noise, where
     ungrouped batches of the same shape end far from them.
     """
-    from conftest import TINY, run_main
+    from conftest import TINY, pretrain_args, run_main
 
     def trained(name, *flags):
         path = tmp_path / f"{name}.params"
-        args = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--recipe", "cpu", "--pretrain_epochs", "1"]
-        assert run_main(*args, "--pretrain_stages", "corpus", *TINY, *flags, "--writing_params_path", path) == 0
+        args = [*pretrain_args("vanilla", tiny_world["wiki.txt"], path), "--recipe", "cpu", "--pretrain_epochs", "1"]
+        assert run_main(*args, "--pretrain_stages", "corpus", *TINY, *flags) == 0
         return torch.load(path, weights_only=True)
 
     cut, fixed = trained("cut"), trained("fixed", "--fixed_shapes")

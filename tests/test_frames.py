@@ -22,7 +22,7 @@ import readout
 import readout_finetune
 import rerank
 from config import HANDOUT, RunConfig
-from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, another_value, evaluate_args, one_line_error
+from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, another_value, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import MASK_CHAR, PAD_CHAR, biographies, known_characters, name_of
 from decoding import Answer
@@ -358,10 +358,9 @@ def test_the_details_are_valid_json_where_no_frame_wrote_a_place():
                        correct=False)  # fmt: skip
 
 
-def test_the_frames_readout_needs_the_training_pairs_and_its_questions(tiny_world, tmp_path, capsys):
+def test_the_frames_readout_needs_the_training_pairs_and_its_questions(tiny_pretrained, tiny_world, tmp_path, capsys):
     """What the frames readout cannot use is one line naming the file and its own line number; nothing written."""
-    wiki, params = tiny_world["wiki.txt"], tmp_path / "p.params"
-    assert main("pretrain", "vanilla", wiki, "--writing_params_path", params, "--pretrain_epochs", 1, *TINY) == 0
+    wiki, params = tiny_world["wiki.txt"], tiny_pretrained
     out = tmp_path / "out"
     evaluate = evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], out)
     said = one_line_error(capsys, *evaluate, "--readout", "frames", *TINY)
@@ -391,13 +390,17 @@ def test_the_frames_readout_needs_the_training_pairs_and_its_questions(tiny_worl
         assert "would be fitted on the answers it is scored on" in error_with(training)
 
 
-def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(tiny_world, tmp_path, capsys):
+def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(
+    tiny_pretrained, tiny_world, tmp_path, capsys
+):
     """Finetuned params read out in frames answer almost nothing (docs/readout.md): evaluate says why, and answers."""
-    wiki, pretrained, finetuned = tiny_world["wiki.txt"], tmp_path / "p.params", tmp_path / "f.params"
-    assert main("pretrain", "vanilla", wiki, "--writing_params_path", pretrained, "--pretrain_epochs", 1, *TINY) == 0
-    finetune = ["finetune", "vanilla", wiki, "--reading_params_path", pretrained, "--writing_params_path", finetuned]
-    pairs = ["--finetune_corpus_path", tiny_world["train.tsv"], "--finetune_epochs_from_pretrained", 1, *TINY]
-    assert main(*finetune, *pairs) == 0
+    wiki, pretrained, finetuned = tiny_world["wiki.txt"], tiny_pretrained, tmp_path / "f.params"
+    finetune = [
+        *finetune_args("vanilla", wiki, finetuned, tiny_world["train.tsv"]),
+        "--reading_params_path",
+        pretrained,
+    ]
+    assert main(*finetune, "--finetune_epochs_from_pretrained", 1, *TINY) == 0
     readout = ["--readout", "frames", "--finetune_corpus_path", tiny_world["train.tsv"], *TINY]
     for params, warned in [(pretrained, False), (finetuned, True)]:
         capsys.readouterr()

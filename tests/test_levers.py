@@ -10,7 +10,7 @@ import adapters
 import pipeline
 from augment import ClauseViews, clause_view, full_named
 from config import Recipe, RunConfig, Stage, parse_stages
-from conftest import SMALL, finetune_args, run_main
+from conftest import SMALL, finetune_args, pretrain_args, run_main
 from dataset import MASK_CHAR, CharCorruptionDataset
 from errors import RunError
 from inputs import load_corpus
@@ -148,7 +148,7 @@ def test_finetuning_with_adapters_or_on_recalled_people_from_the_command_line(ti
     corpus, train = tiny_world["wiki.txt"], tiny_world["train.tsv"]
     pretrained = tmp_path / "pretrain.params"
     flags = ["--full_names", "--clause_dropout", "0.2", "--pretrain_stages", "pairs pair_copies=2; corpus+pairs"]
-    args = ["pretrain", "vanilla", corpus, "--writing_params_path", pretrained, "--mix_corpus_path", train]
+    args = [*pretrain_args("vanilla", corpus, pretrained), "--mix_corpus_path", train]
     assert run_main(*args, "--pretrain_epochs", "2", *flags, *SMALL) == 0
     assert read_metadata(str(pretrained))["command"].count("pair_copies=2") == 1
 

@@ -23,10 +23,11 @@ from conftest import (
     RUNS_DIR,
     TINY,
     checkpoint_steps,
-    cli,
+    copy_params,
     evaluate_args,
     finetune_args,
     one_line_error,
+    pretrain_args,
     run_process,
 )
 from conftest import run_main as main
@@ -40,17 +41,26 @@ from trainer import Trainer, TrainerConfig, TrainingInterrupted
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_path):
-    """A run killed with SIGKILL mid-epoch and resumed ends with the same steps, learning rate and weights."""
-    common = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--pretrain_epochs", 30, "--keep_checkpoint", *TINY]
+def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_path, caplog):
+    """
+    A run killed with SIGKILL mid-epoch (a process of its own) and resumed ends with the same
+    steps, learning rate and weights as an uninterrupted run (the resumed and the whole one run here).
+    """
+    wiki, flags = tiny_world["wiki.txt"], ["--pretrain_epochs", 30, "--keep_checkpoint", *TINY]
     whole = tmp_path / "whole.params"
-    code, _, err = cli(*common, "--writing_params_path", whole)
-    assert code == 0, err
+    assert main(*pretrain_args("vanilla", wiki, whole), *flags) == 0
 
     cut = tmp_path / "cut.params"
     ckpt = tmp_path / "cut.params.ckpt"
     process = subprocess.Popen(
-        [sys.executable, RUN_PY, *map(str, common), "--writing_params_path", cut, "--checkpoint_minutes", "1e-6"],
+        [
+            sys.executable,
+            RUN_PY,
+            *map(str, pretrain_args("vanilla", wiki, cut)),
+            *map(str, flags),
+            "--checkpoint_minutes",
+            "1e-6",
+        ],  # fmt: skip
         cwd=RUNS_DIR,
         stderr=subprocess.DEVNULL,
     )
@@ -70,9 +80,9 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
     steps_per_epoch = 6  # 84 biographies, batch 16
     assert interrupted["step"] < 30 * steps_per_epoch
 
-    code, _, err = cli(*common, "--writing_params_path", cut, "--resume")
-    assert code == 0, err
-    assert "resuming from" in err
+    caplog.clear()
+    assert main(*pretrain_args("vanilla", wiki, cut), *flags, "--resume") == 0
+    assert "resuming from" in caplog.text
     a, b = torch.load(tmp_path / "whole.params.ckpt", weights_only=True), torch.load(ckpt, weights_only=True)
     assert a["step"] == b["step"] == 30 * steps_per_epoch
     assert a["scheduler"]["_last_lr"] == b["scheduler"]["_last_lr"]
@@ -83,17 +93,13 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, workers", [(signal.SIGINT, 0), (signal.SIGTERM, 2)])
-def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, workers, tiny_world, tmp_path):
+def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, workers, tiny_world, tmp_path, caplog):
     """
     Ctrl-C, or a stopped Colab session: a checkpoint of the last step, one line, exit 128 +
     signal; SIGTERM sent to the whole process group, DataLoader workers in it.
     """
     common = [
-        "pretrain",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--writing_params_path",
-        tmp_path / "p.params",
+        *pretrain_args("vanilla", tiny_world["wiki.txt"], tmp_path / "p.params"),
         "--pretrain_epochs",
         40,
         *TINY,
@@ -120,23 +126,16 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, wor
     assert not (tmp_path / "p.params").exists()
     assert 6 <= torch.load(ckpt, weights_only=True)["step"] < 40 * 6  # 6 steps an epoch
 
-    code, _, err = cli(*common, "--resume")
-    assert code == 0 and "resuming from" in err and (tmp_path / "p.params").exists(), err
+    caplog.clear()
+    assert main(*common, "--resume") == 0  # the resumed run in this process
+    assert "resuming from" in caplog.text and (tmp_path / "p.params").exists(), caplog.text
 
 
 @pytest.mark.slow
-def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_world, tmp_path):
+def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_world, tmp_path, capsys, caplog):
+    """The first run a process of its own, stopped while it holds its lock; the second and the resumed one run here."""
     params, ckpt, lock = tmp_path / "p.params", tmp_path / "p.params.ckpt", tmp_path / "p.params.lock"
-    common = [
-        "pretrain",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--writing_params_path",
-        params,
-        "--pretrain_epochs",
-        40,
-        *TINY,
-    ]
+    common = [*pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_epochs", 40, *TINY]
     first = subprocess.Popen([sys.executable, RUN_PY, *map(str, common)], cwd=RUNS_DIR, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not ckpt.exists() and time.monotonic() < deadline and first.poll() is None:
@@ -144,32 +143,31 @@ def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_w
     first.send_signal(signal.SIGSTOP)  # alive, holding its lock, however slowly the second run starts
     alive = first.poll() is None
     try:
-        code, _, err = cli(*common)
+        err = one_line_error(capsys, *common)
     finally:
         first.kill()
         first.wait()
     assert alive, "the first run ended before its first checkpoint was seen"
-    assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"is being written by another run (process {first.pid})" in err
     assert ckpt.exists() and lock.exists(), "the first run's files are left alone"
 
-    code, _, err = cli(*common, "--resume")  # the killed run's lock file is stale: its lock died with it
-    assert code == 0 and "resuming from" in err, err
+    caplog.clear()
+    assert main(*common, "--resume") == 0  # the killed run's lock file is stale: its lock died with it
+    assert "resuming from" in caplog.text, caplog.text
     assert params.exists() and not lock.exists()
 
 
-def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_world, tmp_path, capsys):
+def test_checkpoint_is_removed_at_the_end_unless_kept(tiny_pretrained, tiny_world, tmp_path, capsys):
+    """Without --keep_checkpoint no checkpoint is left; with it (tiny_pretrained's run), the last epoch's."""
     params = tmp_path / "p.params"
-    args = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--writing_params_path", params, "--pretrain_epochs", 1]
-    args += TINY
-    assert main(*args) == 0
+    assert main(*pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_epochs", 1, *TINY) == 0
     assert params.exists() and not (tmp_path / "p.params.ckpt").exists()
-    assert main(*args, "--keep_checkpoint") == 0
-    checkpoint = torch.load(tmp_path / "p.params.ckpt", weights_only=True)
+    kept = tiny_pretrained.parent
+    checkpoint = torch.load(kept / "p.params.ckpt", weights_only=True)
     assert checkpoint["epoch"] == 1 and checkpoint["step"] == 6
-    state = torch.load(params, weights_only=True)
+    state = torch.load(tiny_pretrained, weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())  # .params stays a plain state_dict
-    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    assert not [f for folder in (tmp_path, kept) for f in os.listdir(folder) if f.endswith(".tmp")]
 
 
 def test_resuming_a_finished_run_trains_no_further(tiny_world, tmp_path, caplog):
@@ -189,15 +187,13 @@ def test_resuming_a_finished_run_trains_no_further(tiny_world, tmp_path, caplog)
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_resume_refuses_another_runs_checkpoint(tiny_world, tmp_path, capsys):
-    params, ckpt = tmp_path / "p.params", tmp_path / "p.params.ckpt"
-    wiki = tiny_world["wiki.txt"]
-    first = ["pretrain", "vanilla", wiki, "--writing_params_path", params, "--pretrain_epochs", 1, *TINY]
-    assert main(*first, "--keep_checkpoint") == 0
+def test_resume_refuses_another_runs_checkpoint(tiny_pretrained, tiny_world, tmp_path, capsys):
+    """tiny_pretrained's checkpoint, copied here, resumed with other settings: refused in one line, nothing trained."""
+    params = copy_params(tiny_pretrained, tmp_path)
+    ckpt, wiki = tmp_path / "p.params.ckpt", tiny_world["wiki.txt"]
+    first = [*pretrain_args("vanilla", wiki, params), "--pretrain_epochs", 1, *TINY]
     resume = [*first, "--resume"]
-    err = one_line_error(
-        capsys, "pretrain", "vanilla", wiki, "--writing_params_path", params, "--pretrain_epochs", 2, "--resume", *TINY
-    )
+    err = one_line_error(capsys, *pretrain_args("vanilla", wiki, params), "--pretrain_epochs", 2, "--resume", *TINY)
     assert "other settings" in err and "pretrain_epochs 1 there, 2 here" in err
     err = one_line_error(capsys, *resume, "--max_shift", 5)
     assert "other settings" in err and "max_shift" in err
@@ -263,15 +259,14 @@ def test_resume_goes_on_at_the_checkpoints_stage_and_ends_like_an_uninterrupted_
     assert all(torch.equal(whole[k], cut[k]) for k in whole)
 
 
-def test_a_failed_checkpoint_write_is_one_line(tiny_world, tmp_path, capsys):
+def test_a_failed_checkpoint_write_is_one_line(tiny_pretrained, tiny_world, tmp_path, capsys):
     """
     A file-size limit that lets the params through but not the checkpoint (the params and AdamW's two
     moments): exit code 2, one line naming <params>.ckpt and the reason; no temporary file left. An
     earlier checkpoint is kept as it was, and --resume goes on from it.
     """
-    sized = tmp_path / "sized"
-    args = ["pretrain", "vanilla", tiny_world["wiki.txt"], "--pretrain_epochs", 1, *TINY]
-    assert main(*args, "--writing_params_path", sized / "p.params", "--keep_checkpoint") == 0
+    sized = tiny_pretrained.parent  # this command's run, its checkpoint kept
+    wiki, flags = tiny_world["wiki.txt"], ["--pretrain_epochs", 1, *TINY]
     params_size, checkpoint_size = (sized / "p.params").stat().st_size, (sized / "p.params.ckpt").stat().st_size
     assert checkpoint_size > 1.3 * params_size
     limit = (params_size + checkpoint_size) // 2
@@ -282,7 +277,7 @@ def test_a_failed_checkpoint_write_is_one_line(tiny_world, tmp_path, capsys):
 
     def limited_run(params, *more):
         done = subprocess.run(
-            [sys.executable, RUN_PY, *map(str, args), "--writing_params_path", str(params), *more],
+            [sys.executable, RUN_PY, *map(str, [*pretrain_args("vanilla", wiki, params), *flags]), *more],
             capture_output=True,
             text=True,
             cwd=RUNS_DIR,
@@ -308,7 +303,7 @@ def test_a_failed_checkpoint_write_is_one_line(tiny_world, tmp_path, capsys):
     assert "the last checkpoint is kept, and --resume goes on from it" in said, said
     assert os.listdir(earlier) == ["p.params.ckpt"]
     assert (earlier / "p.params.ckpt").read_bytes() == (sized / "p.params.ckpt").read_bytes()
-    assert main(*args, "--writing_params_path", earlier / "p.params", "--resume") == 0
+    assert main(*pretrain_args("vanilla", wiki, earlier / "p.params"), *flags, "--resume") == 0
     resumed = torch.load(earlier / "p.params", weights_only=True)
     whole = torch.load(sized / "p.params", weights_only=True)
     assert all(torch.equal(resumed[k], whole[k]) for k in whole)
@@ -347,20 +342,13 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world,
     assert all(torch.isfinite(v).all() for v in saved["model"].values())
 
 
-def test_divergence_is_one_line_and_writes_no_params(tiny_world, tmp_path):
+def test_divergence_is_one_line_and_writes_no_params(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
-    code, out, err = cli(
-        "pretrain",
-        "vanilla",
-        tiny_world["wiki.txt"],
-        "--writing_params_path",
-        params,
-        "--pretrain_lr",
-        "1e6",
-        "--pretrain_epochs",
-        3,
-        *TINY,
+    capsys.readouterr()
+    code = main(
+        *pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_lr", "1e6", "--pretrain_epochs", 3, *TINY
     )
+    err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error" in line]
     assert code == 2 and len(errors) == 1 and "loss is not finite at step" in errors[0], err
     assert "Traceback" not in err and not params.exists() and not (tmp_path / "p.params.ckpt").exists()
@@ -369,18 +357,7 @@ def test_divergence_is_one_line_and_writes_no_params(tiny_world, tmp_path):
 def test_resume_without_a_checkpoint_starts_over(tiny_world, tmp_path, capsys):
     params = tmp_path / "p.params"
     assert (
-        main(
-            "pretrain",
-            "vanilla",
-            tiny_world["wiki.txt"],
-            "--writing_params_path",
-            params,
-            "--pretrain_epochs",
-            1,
-            "--resume",
-            *TINY,
-        )
-        == 0
+        main(*pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_epochs", 1, "--resume", *TINY) == 0
     )
     assert "starting from the beginning" in capsys.readouterr().err and params.exists()
 
@@ -514,17 +491,13 @@ def test_torchrun_with_more_processes_than_gpus_is_one_line(monkeypatch, tmp_pat
         pipeline.start_device(RunConfig("pretrain", "vanilla", str(tmp_path)))
 
 
-def train_on_ranks(rank, world_size, port, wiki, results, rope=False, pairs=None):
+def train_on_ranks(rank, wiki, results, rope=False, pairs=None):
     """
-    One rank of a DDP run (or the single process) on the tiny world, without dropout: pretraining,
-    or with `pairs` finetuning with the auxiliary LM loss, in batches of 59 of the 60 pairs
-    (the second batch's one row leaves rank 1 a placeholder row that must count for nothing).
+    One rank of a DDP run (in a process group already started) or the single process, on the tiny
+    world without dropout: pretraining, or with `pairs` finetuning with the auxiliary LM loss, in
+    batches of 59 of the 60 pairs (the second batch's one row leaves rank 1 a placeholder row that
+    must count for nothing).
     """
-    import torch.distributed as dist
-
-    if world_size > 1:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
     random.seed(0)
     torch.manual_seed(0)
     dataset = CharCorruptionDataset(wiki, 64)
@@ -560,8 +533,6 @@ def train_on_ranks(rank, world_size, port, wiki, results, rope=False, pairs=None
     trainer.train()
     if rank == 0:
         torch.save({"state": model.state_dict(), "step": trainer.step, "losses": trainer.epoch_losses}, results)
-    if world_size > 1:
-        dist.destroy_process_group()
 
 
 def free_port():
@@ -572,46 +543,71 @@ def free_port():
         return s.getsockname()[1]
 
 
-def checkpoint_on_ranks(rank, world_size, port, wiki, folder):
+def checkpoint_on_ranks(rank, wiki, folder):
     """
     One of two gloo ranks pretraining with a checkpoint due every step by rank 0's clock and
     never by rank 1's, which stands still: how many checkpoints each rank took part in, to folder.
+    """
+    clock = time.monotonic
+    if rank == 1:
+        time.monotonic = lambda: 0.0
+    try:
+        torch.manual_seed(0)
+        dataset = CharCorruptionDataset(wiki, 64)
+        model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=1, n_head=2, n_embd=16))
+        config = TrainerConfig(
+            max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2,
+            checkpoint_path=str(folder / "c.ckpt"), checkpoint_minutes=1e-9,
+        )  # fmt: skip
+        trainer = Trainer(model, dataset, None, config)
+        saves = checkpoint_steps(trainer)
+        trainer.train()
+    finally:
+        time.monotonic = clock
+    torch.save(saves, folder / f"saves{rank}.pt")
+
+
+TWO_RANK_CASES = [(False, False), (True, False), (False, True)]  # (rope, auxiliary)
+
+
+def on_two_ranks(rank, world_size, port, wiki, pairs, folder):
+    """
+    One of two gloo ranks, in one process group for all the module's runs on two ranks (each
+    spawn starts two fresh interpreters): every case of TWO_RANK_CASES, then the timed checkpoints.
     """
     import datetime
 
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=30))
-    if rank == 1:
-        time.monotonic = lambda: 0.0
-    torch.manual_seed(0)
-    dataset = CharCorruptionDataset(wiki, 64)
-    model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=1, n_head=2, n_embd=16))
-    config = TrainerConfig(
-        max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2,
-        checkpoint_path=str(folder / "c.ckpt"), checkpoint_minutes=1e-9,
-    )  # fmt: skip
-    trainer = Trainer(model, dataset, None, config)
-    saves = checkpoint_steps(trainer)
-    trainer.train()
-    torch.save(saves, folder / f"saves{rank}.pt")
+    # a collective one rank never joins fails in a minute instead of hanging the run
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60))
+    for rope, auxiliary in TWO_RANK_CASES:
+        train_on_ranks(rank, wiki, folder / f"two_{rope}_{auxiliary}.pt", rope, pairs if auxiliary else None)
+    checkpoint_on_ranks(rank, wiki, folder)
     dist.destroy_process_group()
 
 
-def test_ranks_take_the_timed_checkpoint_together(tiny_world, tmp_path):
+@pytest.fixture(scope="module")
+def two_ranks(tiny_world, tmp_path_factory):
+    """The folder of what on_two_ranks wrote: the two-rank runs of the tests below, spawned once for them all."""
+    folder = tmp_path_factory.mktemp("two_ranks")
+    wiki, pairs = (open(tiny_world[name], encoding="utf-8").read() for name in ["wiki.txt", "train.tsv"])
+    mp.start_processes(on_two_ranks, args=(2, free_port(), wiki, pairs, folder), nprocs=2, start_method="spawn")
+    return folder
+
+
+def test_ranks_take_the_timed_checkpoint_together(two_ranks):
     """Their clocks disagree on when checkpoint_minutes have passed: one decision, no mismatched collectives."""
-    wiki = open(tiny_world["wiki.txt"], encoding="utf-8").read()
-    mp.start_processes(checkpoint_on_ranks, args=(2, free_port(), wiki, tmp_path), nprocs=2, start_method="spawn")
-    saves = [torch.load(tmp_path / f"saves{rank}.pt") for rank in (0, 1)]
+    saves = [torch.load(two_ranks / f"saves{rank}.pt") for rank in (0, 1)]
     steps_per_epoch = math.ceil(84 / 8)
     assert saves[0] == saves[1]  # the same checkpoints, at the same steps
     timed = [step for step in saves[0] if step % steps_per_epoch]  # within an epoch: every second step, read back
     assert timed and all(step % 2 == 0 for step in timed)
 
 
-@pytest.mark.parametrize("rope, auxiliary", [(False, False), (True, False), (False, True)])
-def test_two_ranks_train_like_one_process(tiny_world, tmp_path, rope, auxiliary):
+@pytest.mark.parametrize("rope, auxiliary", TWO_RANK_CASES)
+def test_two_ranks_train_like_one_process(two_ranks, tiny_world, tmp_path, rope, auxiliary):
     """Same global batches and schedule: two gloo ranks end where one process does (up to float rounding)."""
     with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
         wiki = f.read()
@@ -619,11 +615,9 @@ def test_two_ranks_train_like_one_process(tiny_world, tmp_path, rope, auxiliary)
     if auxiliary:
         with open(tiny_world["train.tsv"], encoding="utf-8") as f:
             pairs = f.read()
-    train_on_ranks(0, 1, None, wiki, tmp_path / "one.pt", rope, pairs)
-    mp.start_processes(
-        train_on_ranks, args=(2, free_port(), wiki, tmp_path / "two.pt", rope, pairs), nprocs=2, start_method="spawn"
-    )
-    one, two = torch.load(tmp_path / "one.pt", weights_only=True), torch.load(tmp_path / "two.pt", weights_only=True)
+    train_on_ranks(0, wiki, tmp_path / "one.pt", rope, pairs)
+    one = torch.load(tmp_path / "one.pt", weights_only=True)
+    two = torch.load(two_ranks / f"two_{rope}_{auxiliary}.pt", weights_only=True)
     assert one["step"] == two["step"] == (4 if auxiliary else 12)
     assert one["losses"] == pytest.approx(two["losses"], rel=1e-4)
     for key, value in one["state"].items():
@@ -638,11 +632,7 @@ def test_torchrun_cli(tiny_world, tmp_path, capsys):
     pre, ft, out = tmp_path / "pre.params", tmp_path / "ft.params", tmp_path / "dev.predictions"
     commands = [
         [
-            "pretrain",
-            "vanilla",
-            wiki,
-            "--writing_params_path",
-            pre,
+            *pretrain_args("vanilla", wiki, pre),
             "--pretrain_epochs",
             2,
             "--pretrain_stages",

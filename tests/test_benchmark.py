@@ -1,0 +1,167 @@
+"""experiments/benchmark.py and experiments/step_pace.py: what they measure and print, on the tiny world."""
+
+import argparse
+import functools
+import re
+
+import pytest
+
+import arguments
+import benchmark
+import step_pace
+from config import HANDOUT
+from model import variant_config
+
+
+@pytest.fixture(autouse=True)
+def quick_matmul_rate(monkeypatch):
+    """
+    benchmark.py measures one core's matmul rate for 2 s before anything else; these tests ask
+    that it is measured and printed, not how precisely: 0.1 s of it.
+    """
+    monkeypatch.setattr(benchmark, "single_core_matmul_gflops", functools.partial(MATMUL_RATE, seconds=0.1))
+
+
+MATMUL_RATE = benchmark.single_core_matmul_gflops
+
+
+def benchmark_main(capsys, *argv):
+    """benchmark.py's main in this process (its measurements run where a fresh interpreter's would): its output."""
+    capsys.readouterr()
+    assert benchmark.main([str(a) for a in argv]) is None
+    return capsys.readouterr().out
+
+
+def test_benchmark_sweep_runs(capsys):
+    """The block-size sweep: a row per variant (each measured in a process of its own), after the matmul rate."""
+    out = benchmark_main(capsys, "--skip_comparison", "--sweep", 32, "--sweep_batch", 2, "--variants", "vanilla",
+                         "perceiver", "--device", "cpu")  # fmt: skip
+    rows = [line for line in out.splitlines() if line.startswith("| 32 |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["vanilla", "perceiver"]
+    assert re.search(r"^one core's fp32 matmul \(512 x 512\): \d+\.\d GFLOP/s$", out, re.M), out
+
+
+def test_benchmark_names_the_peak_of_the_gpu_named_in_full():
+    from benchmark import peak_tflops_of
+
+    assert peak_tflops_of("NVIDIA L4") == 30.3 and peak_tflops_of("NVIDIA L40S") == 91.6  # not an L4
+    assert peak_tflops_of("NVIDIA H100 PCIe") == 51.0 and peak_tflops_of("NVIDIA H100 80GB HBM3") == 67.0
+    assert peak_tflops_of("NVIDIA A100-SXM4-80GB") == 19.5 and peak_tflops_of("NVIDIA GeForce RTX 4090") is None
+
+
+def test_benchmark_matmul_rate_alone(capsys):
+    lines = benchmark_main(capsys, "--matmul_rate").splitlines()
+    assert len(lines) == 2 and float(re.search(r"([\d.]+) GFLOP/s", lines[1]).group(1)) > 0
+
+
+BENCHMARK_LINES = {"wiki.txt": 24, "train.tsv": 20, "dev.tsv": 8, "test.tsv": 8}  # of the tiny world's files
+
+
+def benchmark_data(tiny_world, folder):
+    """Part of the tiny world under the assignment's file names, for benchmark.py --data."""
+    folder.mkdir()
+    names = {"wiki.txt": "wiki.txt", "train.tsv": "birth_places_train.tsv", "dev.tsv": "birth_dev.tsv"}
+    for ours, lines in BENCHMARK_LINES.items():
+        kept = open(tiny_world[ours], encoding="utf-8").read().splitlines(keepends=True)[:lines]
+        (folder / names.get(ours, "birth_test_inputs.tsv")).write_text("".join(kept), encoding="utf-8")
+    return folder
+
+
+def benchmark_output(tiny_world, tmp_path, capsys, *flags):
+    """What benchmark.py prints for vanilla on the tiny world, on the CPU, with these flags."""
+    data = benchmark_data(tiny_world, tmp_path / "data")
+    return benchmark_main(capsys, "--data", data, "--variants", "vanilla", *flags, "--device", "cpu")
+
+
+def benchmark_rows(tiny_world, tmp_path, capsys, *flags):
+    """benchmark.py's vanilla rows on the tiny world, without the sweep: [(measure, straightforward, fast, ratio)]."""
+    output = benchmark_output(tiny_world, tmp_path, capsys, "--sweep", *flags)
+    lines = [line.split("|")[2:-1] for line in output.splitlines() if line.startswith("| vanilla |")]
+    return [tuple(cell.strip() for cell in cells) for cells in lines]
+
+
+@pytest.mark.slow
+def test_benchmark_reports_the_pace_of_the_handout_pretraining(tiny_world, tmp_path, capsys):
+    rows = {
+        measure: cells
+        for measure, *cells in benchmark_rows(tiny_world, tmp_path, capsys, "--peak_tflops", 1, "--epochs", 2)
+    }
+    steps, tokens, flops, mfu, projected = (
+        rows[name]
+        for name in [
+            "pretraining steps/s",
+            "pretraining tokens/s (127 a row)",
+            "pretraining model FLOP/s",
+            "pretraining MFU (fp32 peak)",
+            "handout pretraining (650 epochs), projected",
+        ]
+    )
+    people = BENCHMARK_LINES["wiki.txt"]
+    for way in (0, 1):  # the straightforward way, then the fast way
+        # one step an epoch (fewer people than a batch): tokens, FLOPs and the projection follow from the steps/s
+        assert float(tokens[way]) == pytest.approx(people * 127 * float(steps[way]), rel=0.01)
+        assert float(projected[way][:-1]) == pytest.approx(650 / float(steps[way]), rel=0.01)
+        # the handout's model: about 6 FLOPs per parameter and token, forward and backward (20.8M a token measured)
+        assert float(flops[way]) / float(tokens[way]) == pytest.approx(20.8e6, rel=0.02)
+        assert float(mfu[way][:-1]) == pytest.approx(100 * float(flops[way]) / 1e12, rel=0.01)
+    assert float(steps[1]) / float(steps[0]) == pytest.approx(float(steps[2][:-1]), rel=0.1)
+
+
+@pytest.mark.slow
+def test_benchmark_compares_whole_processes(tiny_world, tmp_path, capsys):
+    """--whole_process: run.py processes timed from start to exit (benchmark.py starts them; it runs here)."""
+    rows = benchmark_rows(tiny_world, tmp_path, capsys, "--whole_process")
+    assert [row[0] for row in rows] == [
+        "pretraining epoch, whole process",
+        "finetuning epoch, whole process",
+        "evaluating the dev questions, whole process",
+    ]
+    for _, slow, fast, ratio in rows:
+        assert float(slow[:-1]) / float(fast[:-1]) == pytest.approx(float(ratio[:-1]), rel=0.1)
+
+
+def test_benchmark_profiles_pretraining_steps(tiny_world, tmp_path, capsys):
+    output = benchmark_output(tiny_world, tmp_path, capsys, "--profile_steps", 2)
+    # the tiny world's 24 biographies make one batch of the handout's 128
+    assert re.search(r"^drawing an epoch's 1 batches: [\d.]+ ms a batch$", output, re.M), output
+    stepped = r"^2 steps on batches in memory, unprofiled: [\d.]+ ms a step \([\d.]+ steps/s\)$"
+    assert re.search(stepped, output, re.M)
+    assert "aten::mm" in output and "Self CPU time total" in output
+
+
+def test_benchmark_counts_what_a_step_dispatches(tiny_world, tmp_path, monkeypatch):
+    """
+    --count_dispatches: a row per batch shape. The CPU's passes of 16 rows dispatch more than one
+    pass; a cut batch needs its rows' lengths on the host, fixed shapes nothing between read-backs.
+    """
+    # two blocks, narrower than the handout's model: the same operators, in less time
+    narrow = dict(n_layer=2, n_head=2, n_embd=32)
+    monkeypatch.setattr(benchmark, "model_config", lambda v, vocab, block: variant_config(v, vocab, block, **narrow))
+    files = benchmark.load_data(benchmark_data(tiny_world, tmp_path / "data"))
+    args = argparse.Namespace(fast_recipe=HANDOUT, device="cpu", count_dispatches=1)
+    rows = {label: numbers for label, *numbers in benchmark.count_dispatches("vanilla", files, args)}
+    passes, one_pass = rows.pop("cut, passes of 16 rows (the CPU's)"), rows.pop("cut, one pass (CUDA's)")
+    assert list(rows) == ["full_padding", "fixed_shapes"]
+    assert passes[0] > one_pass[0] > 0  # the tiny world's 24 rows: passes of 16 and 8 rows against one
+    assert rows["full_padding"][0] == rows["fixed_shapes"][0] > 0
+    assert passes[1] > one_pass[1] >= 1 and rows["fixed_shapes"][1] == 0
+    assert all(row[3] >= 1 for row in [passes, one_pass, *rows.values()])  # a read-back reads the loss on the host
+
+
+def test_step_pace_rows_each_way_with_the_flags_that_give_it(tiny_world, tmp_path, monkeypatch, capsys):
+    """experiments/step_pace.py: a row per way and precision, its projection from its epochs, the flags run.py takes."""
+    narrow = dict(n_layer=1, n_head=2, n_embd=32)
+    monkeypatch.setattr(step_pace, "model_config", lambda v, vocab, block: variant_config(v, vocab, block, **narrow))
+    data = benchmark_data(tiny_world, tmp_path / "data")
+    step_pace.main(["--data", str(data), "--device", "cpu", "--epochs", "2", "--precisions", "fp32"])
+    rows = [
+        line.split(" | ") for line in capsys.readouterr().out.splitlines() if re.match(r"^\| [a-z_]+ \| fp32", line)
+    ]
+    assert [row[0][2:] for row in rows] == list(step_pace.WAYS)
+    for way, _, first, steps, host, gpu, projected, flags in rows:
+        assert gpu == "" and float(host) > 0  # no GPU time on the CPU
+        # the first epoch, then 649 at the fastest pace: one step an epoch (fewer people than a batch)
+        assert float(projected[:-2]) == pytest.approx(float(first[:-2]) + 649 / float(steps), rel=0.05, abs=1)
+        argv = ["pretrain", "vanilla", "w.txt", *flags.strip(" |`").split()]
+        recipe = arguments.parse(argv, arguments.build_parser())[0].recipe
+        assert {k: getattr(recipe, k) for k in step_pace.WAYS[way[2:]]} == step_pace.WAYS[way[2:]]
