@@ -38,8 +38,9 @@ percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
 }
 
 recipe_value() {  # recipe_value EXPRESSION RUN.PY-FLAGS...: a Python expression of the `recipe` (and the whole
-  # `cfg`) run.py makes of the flags (a tuple's items separated by spaces); digest(*values) is a short hash of values
-  "$PY" -c 'import hashlib, sys; sys.path.insert(0, "src"); from arguments import build_parser, parse
+  # `cfg`, and `config`) run.py makes of the flags (a tuple's items separated by spaces); digest(*values) is a
+  # short hash of values. One Python start answers all a caller asks: each costs about a second (torch's import).
+  "$PY" -c 'import hashlib, sys; sys.path.insert(0, "src"); import config; from arguments import build_parser, parse
 cfg = parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[2:]], build_parser())[0]
 recipe, digest = cfg.recipe, lambda *values: hashlib.sha256(repr(values).encode()).hexdigest()[:16]
 value = eval(sys.argv[1])
@@ -65,14 +66,13 @@ demo() {
   local dir=$DEMO_DIR w=$DEMO_DIR/world
   local world variant readout
   world=${DEMO_WORLD:-$("$PY" -c 'import sys; sys.path.insert(0, "src"); from world import DEMO_WORLD; print(DEMO_WORLD)')}
-  variant=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import DEMO_VARIANT; print(DEMO_VARIANT)')
   read -r -a world <<< "$world"
   local flags=()
   read -r -a flags <<< "${DEMO_FLAGS:-}"
   local demo=(--recipe demo --seed "$DEMO_SEED" ${flags[@]+"${flags[@]}"})
-  local fields mixes  # the recipe's readout, and whether a pretraining stage trains on the pairs ("True")
-  fields=$(recipe_value 'recipe.readout, recipe.trains_on_pairs()' "${demo[@]}")
-  read -r readout mixes <<< "$fields"
+  local fields mixes  # the recipe's readout, whether a pretraining stage trains on the pairs ("True"), the variant
+  fields=$(recipe_value 'recipe.readout, recipe.trains_on_pairs(), config.DEMO_VARIANT' "${demo[@]}")
+  read -r readout mixes variant <<< "$fields"
   local train=(--finetune_corpus_path "$w/birth_places_train.tsv")  # the frames readout mines them too
   local mix=() pretraining="pretraining on the biographies"
   if [[ $mixes == True ]]; then
@@ -168,10 +168,11 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 # The recipe's readout: "question" finetunes the pretrained models on the handout's question;
 # "frames" asks them in the corpus's own words, zero-shot (docs/readout.md). And what the
-# overrides make of the settings that trainings read, and of all that evaluations read (the stamps' keys).
+# overrides make of the settings that trainings read, and of all that evaluations read (the stamps' keys);
+# and the bottleneck the handout's perceiver commands pass.
 SETTINGS=$(recipe_value '(recipe.readout, digest(recipe.training_settings(), cfg.seed, cfg.device),
-  digest(recipe, cfg.seed, cfg.device))' ${OVERRIDES[@]+"${OVERRIDES[@]}"})
-read -r READOUT TRAINING_SETTINGS READING_SETTINGS <<< "$SETTINGS"
+  digest(recipe, cfg.seed, cfg.device), config.HANDOUT_BOTTLENECK_DIM)' ${OVERRIDES[@]+"${OVERRIDES[@]}"})
+read -r READOUT TRAINING_SETTINGS READING_SETTINGS BOTTLENECK <<< "$SETTINGS"
 if [[ $READOUT == frames ]]; then
   echo "run.sh: --readout frames: the pretrained models are asked in the corpus's words, not finetuned (docs/readout.md)" >&2
 fi
@@ -263,7 +264,6 @@ without_pretraining() {  # finetuned on the question from scratch, so asked the 
   evaluate "vanilla without pretraining" vanilla vanilla.model.params vanilla.nopretrain --readout question
 }
 
-BOTTLENECK=$("$PY" -c 'import sys; sys.path.insert(0, "src"); from config import HANDOUT_BOTTLENECK_DIM; print(HANDOUT_BOTTLENECK_DIM)')
 with_pretraining() {  # with_pretraining VARIANT
   local variant=$1 flags=()
   [[ $variant == perceiver ]] && flags=(--bottleneck_dim "$BOTTLENECK")
