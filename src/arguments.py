@@ -94,7 +94,7 @@ def add_recipe_flags(parser):
 
 
 def recipe_fields_given(args):
-    """{field: value} of the recipe flags on the command line that add_recipe_flags' parser read."""
+    """The recipe fields set on the command line that add_recipe_flags' parser read, with their values."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
 
 

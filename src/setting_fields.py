@@ -65,7 +65,7 @@ def parse_value(kind, text, where=""):
 
 
 def field_comments(cls):
-    """{field: its one-line comment} from the class's source: the --help of run.py's recipe flags."""
+    """Each field's one-line comment, read from the class's source: the --help of run.py's recipe flags."""
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
