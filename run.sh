@@ -38,10 +38,13 @@ percent() {  # the accuracy of a "Correct: 7 out of 20: 35.0%" line
 }
 
 recipe_value() {  # recipe_value EXPRESSION RUN.PY-FLAGS...: a Python expression of the `recipe` (and the whole
-  # `cfg`, and `config`) run.py makes of the flags (a tuple's items separated by spaces); digest(*values) is a
-  # short hash of values. One Python start answers all a caller asks: each costs about a second (torch's import).
-  "$PY" -c 'import hashlib, sys; sys.path.insert(0, "src"); import config; from arguments import build_parser, parse
-cfg = parse(["evaluate", "vanilla", "wiki.txt", *sys.argv[2:]], build_parser())[0]
+  # `cfg`, and `config`) run.py makes of the flags, after --recipe cpu where `cuda` (whether torch sees a CUDA
+  # GPU) is False (a tuple's items separated by spaces); digest(*values) is a short hash of values. One Python
+  # start answers all a caller asks: each costs about a second (torch's import).
+  "$PY" -c 'import hashlib, sys; sys.path.insert(0, "src"); import config, torch; from arguments import build_parser, parse
+cuda = torch.cuda.is_available()
+flags = sys.argv[2:] if cuda else ["--recipe", "cpu", *sys.argv[2:]]
+cfg = parse(["evaluate", "vanilla", "wiki.txt", *flags], build_parser())[0]
 recipe, digest = cfg.recipe, lambda *values: hashlib.sha256(repr(values).encode()).hexdigest()[:16]
 value = eval(sys.argv[1])
 print(*value if isinstance(value, tuple) else [value])' "$@"
@@ -160,19 +163,17 @@ for f in wiki.txt birth_places_train.tsv birth_dev.tsv birth_test_inputs.tsv; do
   fi
 done
 
-CUDA=1
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-  CUDA=0
+# Whether there is a CUDA GPU (without one, the cpu recipe). The recipe's readout: "question"
+# finetunes the pretrained models on the handout's question; "frames" asks them in the corpus's own
+# words, zero-shot (docs/readout.md). What the overrides make of the settings that trainings read, and
+# of all that evaluations read (the stamps' keys); and the bottleneck the handout's perceiver commands pass.
+SETTINGS=$(recipe_value '(cuda, recipe.readout, digest(recipe.training_settings(), cfg.seed, cfg.device),
+  digest(recipe, cfg.seed, cfg.device), config.HANDOUT_BOTTLENECK_DIM)' ${OVERRIDES[@]+"${OVERRIDES[@]}"})
+read -r CUDA READOUT TRAINING_SETTINGS READING_SETTINGS BOTTLENECK <<< "$SETTINGS"
+if [[ $CUDA == False ]]; then
   echo "run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)" >&2
   OVERRIDES=(--recipe cpu ${OVERRIDES[@]+"${OVERRIDES[@]}"})  # first, so that a --recipe among the overrides wins
 fi
-# The recipe's readout: "question" finetunes the pretrained models on the handout's question;
-# "frames" asks them in the corpus's own words, zero-shot (docs/readout.md). And what the
-# overrides make of the settings that trainings read, and of all that evaluations read (the stamps' keys);
-# and the bottleneck the handout's perceiver commands pass.
-SETTINGS=$(recipe_value '(recipe.readout, digest(recipe.training_settings(), cfg.seed, cfg.device),
-  digest(recipe, cfg.seed, cfg.device), config.HANDOUT_BOTTLENECK_DIM)' ${OVERRIDES[@]+"${OVERRIDES[@]}"})
-read -r READOUT TRAINING_SETTINGS READING_SETTINGS BOTTLENECK <<< "$SETTINGS"
 if [[ $READOUT == frames ]]; then
   echo "run.sh: --readout frames: the pretrained models are asked in the corpus's words, not finetuned (docs/readout.md)" >&2
 fi
@@ -183,7 +184,7 @@ JOB_FLAGS=()
 if (( JOBS > 1 )); then
   cores=$("$PY" -c 'import os; print(os.cpu_count() or 1)')
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( cores / JOBS > 1 ? cores / JOBS : 1 ))}
-  if (( CUDA )); then
+  if [[ $CUDA == True ]]; then
     JOB_FLAGS=(--num_workers $(( OMP_NUM_THREADS > 2 ? OMP_NUM_THREADS - 1 : 1 )))
   fi
 fi

@@ -42,11 +42,15 @@ def key_layout(keys):
 
 
 def params_variant(state, wanted=None):
-    """The variant whose models (a tiny one of each, on the meta device) have the keys of `state`, `wanted` first."""
+    """
+    The variant whose models (a tiny one of each) have the keys of `state`, `wanted` first. They are built
+    on the CPU with the random state put back after: the meta device's initialisation imports TorchDynamo,
+    which slows the start of every run that reads params.
+    """
     layout = key_layout(state)
     outside_blocks = {key for key in layout if not key.startswith("blocks.")}
     for variant in sorted(VARIANTS, key=lambda name: name != wanted):
-        with torch.device("meta"):
+        with torch.random.fork_rng(devices=[]):
             tiny = GPT(variant_config(variant, 3, 4, n_layer=3, n_head=2, n_embd=4, bottleneck_dim=2))
         theirs = key_layout(tiny.state_dict())
         # a perceiver of two layers has no inner blocks
