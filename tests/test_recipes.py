@@ -226,7 +226,7 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     argv = [
         *pretrain_args("vanilla", wiki, params),
         "--pretrain_epochs",
-        100,
+        60,
         "--pretrain_lr",
         3e-3,
         "--dropout",
@@ -237,12 +237,12 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
         "--probe_corpus_path",
         train,
         "--probe_every",
-        100,
+        60,
         *SMALL,
     ]
     assert probed_pretraining.main([str(a) for a in argv]) == 0
     probe = capsys.readouterr().err.replace("\r", "\n")
-    probe_answered = int(re.search(r"epoch 100: .* answers (\d+) of its 60 questions", probe).group(1))
+    probe_answered = int(re.search(r"epoch 60: .* answers (\d+) of its 60 questions", probe).group(1))
     checkpoint = torch.load(f"{params}.ckpt", weights_only=True)
     assert checkpoint["run_identity"]["examples"] == 84 + 60
     assert f"--mix_corpus_path {train}" in checkpoint["params_metadata"]["command"]
@@ -261,5 +261,5 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
         == 0
     )
     correct = int(re.match(r"Correct: (\d+) out of 60", capsys.readouterr().out).group(1))
-    assert correct >= 20  # 27 with the course's decay groups; span corruption alone answers none of them
+    assert correct >= 10  # 17 with one thread and with two; span corruption alone answers none of them
     assert probe_answered == correct

@@ -89,10 +89,11 @@ def test_the_course_groups_shrink_the_layernorm_gains():
     ln1.weight, lacks "LayerNorm.weight"), which shrinks the attention scores; on the handout's
     recipe the Linear-only groups, which leave the gains alone, stayed on the loss plateau
     (docs/optimisation.md). On a generated world at a raised learning rate, two runs identical
-    but for the groups: every block's gain in front of attention ends well below the other's.
-    Measured over seeds 0-7 with one thread and 0-3 with two, the ratio of the two runs' mean gains
-    was 0.36-0.64 (the loss gap and the attention scores were not robust: the loss gap was
-    -0.03 to 0.09, the summed scores' ratio 0.29-0.89), so the test asks for the gains alone.
+    but for the groups: every block's gain in front of attention ends below the other's. Over
+    80 steps, the decay alone takes a gain to about exp(-80 * 3e-2 * 0.1) = 0.79 of where it was;
+    measured over seeds 0-7 with one thread and 0-3 with two, each block's ratio of the two runs'
+    gains was 0.77-0.83 (the loss gap and the attention scores are not robust), so the test asks
+    for the gains alone.
     """
     pre = CharCorruptionDataset(build_world(n_train=128, n_dev=10, n_test=10)["wiki.txt"], 128)
     gains = {}
@@ -100,7 +101,7 @@ def test_the_course_groups_shrink_the_layernorm_gains():
         set_seed(0)
         model = GPT(GPTConfig(pre.vocab_size, pre.block_size, n_layer=2, n_head=4, n_embd=64))
         config = TrainerConfig(
-            max_epochs=16,
+            max_epochs=8,
             batch_size=16,
             learning_rate=3e-2,
             lr_decay=True,
@@ -112,7 +113,7 @@ def test_the_course_groups_shrink_the_layernorm_gains():
         )
         Trainer(model, pre, None, config).train()
         gains[groups] = [block.ln1.weight.mean().item() for block in model.blocks]
-    assert all(c < 0.75 * m for c, m in zip(gains["course"], gains["matmul"])), gains
+    assert all(c < 0.9 * m for c, m in zip(gains["course"], gains["matmul"])), gains
 
 
 class ScalarLog:
