@@ -68,14 +68,26 @@ class EpochBatches:
         else:  # persistent workers: each example drawn with its own seed (SeededItems), from the epoch's keys
             self.keys = EpochKeys(len(dataset))
             dataset, order = SeededItems(dataset), dict(sampler=self.keys, generator=torch.Generator())
-        self.loader = DataLoader(
-            dataset,
+        self.loader_settings = dict(
+            dataset=dataset,
             batch_size=self.chunk_size,
             num_workers=config.num_workers,
             persistent_workers=config.num_workers > 0,
             worker_init_fn=leave_stop_signals_to_the_main_process,
             **order,
         )
+        self.loader = DataLoader(**self.loader_settings)
+
+    def close(self):
+        """
+        End the DataLoader's workers now, and leave a fresh DataLoader for any later epoch. Left to the
+        garbage collector, which finds a Trainer in reference cycles, each worker's end waits seconds.
+        """
+        if self.ahead is not None:
+            self.ahead.thread.join()
+            self.ahead = None
+        if self.config.num_workers > 0 and self.loader is not None:
+            self.loader = DataLoader(**self.loader_settings)
 
     def __len__(self):
         """Steps per epoch."""

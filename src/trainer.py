@@ -195,6 +195,7 @@ class Trainer:
                     raise TrainingInterrupted(caught[0], self.step, self.config.checkpoint_path)
         finally:
             self.bar.close()  # before any error is said, so that it gets a line of its own
+            self.batches.close()
 
     def run_epoch(self, caught):
         """One epoch, or the rest of it when resuming, then what follows an epoch: its losses, hooks and checkpoint."""

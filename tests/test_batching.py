@@ -1,5 +1,6 @@
 """batching.py's pure functions, without a model or a Trainer."""
 
+import multiprocessing
 import os
 import random
 
@@ -136,6 +137,25 @@ def test_an_epoch_drawn_at_once_is_the_plain_loops_batches_row_for_row(tiny_worl
         assert torch.equal(x, ex) and torch.equal(y, ey)
     for (x, y), (ex, ey) in zip(resumed_batches, expected[2:], strict=True):
         assert torch.equal(x, ex) and torch.equal(y, ey)
+
+
+def test_closing_ends_the_workers_at_once_and_a_later_epoch_is_drawn_the_same(tiny_world):
+    """
+    close(), at the end of Trainer.train, ends the DataLoader's workers then and there (the garbage
+    collector, which finds a Trainer in reference cycles, waits seconds for each); an epoch drawn
+    after it is the one drawn before.
+    """
+    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
+        corpus = CharCorruptionDataset(f.read(), 64)
+    batches = EpochBatches(corpus, TrainerConfig(batch_size=16, num_workers=2, full_padding=True))
+    others = set(multiprocessing.active_children())
+    before = list(batches.epoch(7, next_seed=8))  # epoch 8 drawn in the background meanwhile
+    workers = set(multiprocessing.active_children()) - others
+    assert len(workers) == 2
+    batches.close()
+    assert not any(worker.is_alive() for worker in workers)
+    after = list(batches.epoch(7))
+    assert len(after) == len(before) and all(torch.equal(a, b) for pair in zip(after, before) for a, b in zip(*pair))
 
 
 @pytest.mark.parametrize("corrupt_by_epoch", [False, True])

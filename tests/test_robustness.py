@@ -46,7 +46,7 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
     A run killed with SIGKILL mid-epoch (a process of its own) and resumed ends with the same
     steps, learning rate and weights as an uninterrupted run (the resumed and the whole one run here).
     """
-    wiki, flags = tiny_world["wiki.txt"], ["--pretrain_epochs", 30, "--keep_checkpoint", *TINY]
+    wiki, flags = tiny_world["wiki.txt"], ["--pretrain_epochs", 15, "--keep_checkpoint", *TINY]
     whole = tmp_path / "whole.params"
     assert main(*pretrain_args("vanilla", wiki, whole), *flags) == 0
 
@@ -78,13 +78,13 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
     assert not cut.exists()
     interrupted = torch.load(ckpt, weights_only=True)
     steps_per_epoch = 6  # 84 biographies, batch 16
-    assert interrupted["step"] < 30 * steps_per_epoch
+    assert interrupted["step"] < 15 * steps_per_epoch
 
     caplog.clear()
     assert main(*pretrain_args("vanilla", wiki, cut), *flags, "--resume") == 0
     assert "resuming from" in caplog.text
     a, b = torch.load(tmp_path / "whole.params.ckpt", weights_only=True), torch.load(ckpt, weights_only=True)
-    assert a["step"] == b["step"] == 30 * steps_per_epoch
+    assert a["step"] == b["step"] == 15 * steps_per_epoch
     assert a["scheduler"]["_last_lr"] == b["scheduler"]["_last_lr"]
     assert a["epoch_losses"] == b["epoch_losses"]
     whole_state, cut_state = torch.load(whole, weights_only=True), torch.load(cut, weights_only=True)
@@ -101,7 +101,7 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, wor
     common = [
         *pretrain_args("vanilla", tiny_world["wiki.txt"], tmp_path / "p.params"),
         "--pretrain_epochs",
-        40,
+        20,
         *TINY,
         "--num_workers",  # after TINY's 0
         workers,
@@ -124,7 +124,7 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, wor
     assert len(said) == 1 and f"stopped by {signal.Signals(signum).name} after step" in said[0], err
     assert "--resume" in said[0] and "Traceback" not in err
     assert not (tmp_path / "p.params").exists()
-    assert 6 <= torch.load(ckpt, weights_only=True)["step"] < 40 * 6  # 6 steps an epoch
+    assert 6 <= torch.load(ckpt, weights_only=True)["step"] < 20 * 6  # 6 steps an epoch
 
     caplog.clear()
     assert main(*common, "--resume") == 0  # the resumed run in this process
@@ -135,7 +135,7 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, wor
 def test_a_second_run_on_the_same_params_is_refused_while_the_first_lives(tiny_world, tmp_path, capsys, caplog):
     """The first run a process of its own, stopped while it holds its lock; the second and the resumed one run here."""
     params, ckpt, lock = tmp_path / "p.params", tmp_path / "p.params.ckpt", tmp_path / "p.params.lock"
-    common = [*pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_epochs", 40, *TINY]
+    common = [*pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_epochs", 20, *TINY]
     first = subprocess.Popen([sys.executable, RUN_PY, *map(str, common)], cwd=RUNS_DIR, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not ckpt.exists() and time.monotonic() < deadline and first.poll() is None:
