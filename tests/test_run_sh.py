@@ -60,7 +60,7 @@ def test_run_sh_runs_the_whole_assignment_and_side_by_side_to_the_same_results(t
     """
     run.sh from a copy of the repository whose data are a small world, one training after
     another (vanilla alone: the assignment notebook's test runs all four variants, and --jobs
-    below two); then killed and run again; then --jobs.
+    below runs two); then killed and run again; then --jobs.
     """
     folder = assignment_copy(tmp_path / "sequential")
     done = run_sh(folder, VARIANTS="vanilla")
