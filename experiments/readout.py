@@ -31,10 +31,10 @@ import torch
 import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
-from dataset import biographies, encoded, name_of
+from dataset import biographies, encoded, name_of, padded_ids
 from decoding import greedy_completions, predict_places
 from distributed import exit_process
-from ensemble import PLACE_STEPS, Ensemble, accuracy, candidate_set, padded_ids, scored_candidates, written_places
+from ensemble import PLACE_STEPS, Ensemble, accuracy, candidate_set, scored_candidates, written_places
 from fitting import fitted_ensemble
 from frames import names_in
 from inputs import answered_pairs

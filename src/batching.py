@@ -52,9 +52,8 @@ class EpochBatches:
     def __init__(self, dataset, config, device=None):
         self.dataset, self.config, self.device = dataset, config, device or torch.device("cpu")
         self.generator = torch.Generator()
-        self.fixed = (
-            config.fixed_shapes or capture_mode(config, self.device) != "off"
-        )  # a captured step replays one shape
+        # a captured step replays one shape
+        self.fixed = config.fixed_shapes or capture_mode(config, self.device) != "off"
         self.cut = not (config.full_padding or self.fixed)  # rows cut after their last real target
         # grouping decides which examples share a batch, whatever the batches' width
         self.bucketed = self.cut or config.group_by_length

@@ -9,7 +9,7 @@ from typing import Optional
 
 from dataset import longest_shift
 from errors import RunError
-from setting_fields import check_number, parse_value, path, setting, value_type
+from setting_fields import check_fields, parse_value, path, setting, value_type
 
 BLOCK_SIZE = 128
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
@@ -70,9 +70,7 @@ class Stage:
             raise RunError(f"{where}: its data must be one of {', '.join(STAGE_DATA)}, got {self.data!r}")
         if not 0 <= self.max_shift <= longest_shift(BLOCK_SIZE):
             raise RunError(f"{where}: max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {self.max_shift}")
-        for field in dataclasses.fields(self):
-            if field.type in (int, float, Optional[int], Optional[float]):
-                check_number(f"{where}: {field.name}", getattr(self, field.name), **field.metadata)
+        check_fields(self, f"{where}: ")
 
 
 def parse_stages(text):
@@ -128,12 +126,7 @@ class Recipe:
     readout_choice: str = setting(choices=("learned", "summed"), reading=True)  # choice.py's, or the likeliest
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            value, rules = getattr(self, field.name), field.metadata
-            if field.type in (int, float) or (field.type == Optional[float] and value is not None):
-                check_number(field.name, value, at_least_zero=rules["at_least_zero"], below=rules["below"])
-            if rules["choices"] and value not in rules["choices"]:
-                raise RunError(f"{field.name} must be one of {', '.join(rules['choices'])}, got {value!r}")
+        check_fields(self)
         if not self.pretrain_stages:
             raise RunError("pretrain_stages must hold at least one stage")
         if self.clause_dropout and self.corrupt_by_epoch:

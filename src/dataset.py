@@ -28,6 +28,17 @@ def encoded(text, stoi):
     return [stoi[c] for c in text]
 
 
+def padded_ids(rows, length=None):
+    """
+    Rows of ids as one Long tensor of `length` columns (the longest row's by default), each
+    padded at its end with 0. A causal model reads each row's text as if it were alone.
+    """
+    x = torch.zeros(len(rows), length or max(map(len, rows)), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        x[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return x
+
+
 QUESTION = re.compile(r"Where was (.+) born\?")  # the handout's question
 
 
@@ -153,13 +164,9 @@ class CharCorruptionDataset(Dataset):
     @functools.cached_property
     def document_ids(self):
         """The ids of the documents' first max_truncation characters, padded, and their lengths."""
-        ids = torch.zeros(len(self.data), self.max_truncation, dtype=torch.long)
-        lengths = torch.zeros(len(self.data), dtype=torch.long)
-        for row, document in enumerate(self.data):
-            kept = document[: self.max_truncation]
-            ids[row, : len(kept)] = torch.tensor(encoded(kept, self.stoi), dtype=torch.long)
-            lengths[row] = len(kept)
-        return ids, lengths
+        kept = [document[: self.max_truncation] for document in self.data]
+        ids = padded_ids([encoded(text, self.stoi) for text in kept], self.max_truncation)
+        return ids, torch.tensor([len(text) for text in kept], dtype=torch.long)
 
     def corrupt_all(self, order, generator=None):
         """

@@ -12,7 +12,7 @@ import math
 import torch
 
 import choice
-from dataset import encoded, known_characters
+from dataset import encoded, known_characters, padded_ids
 from decoding import Answer, greedy_completions
 from frames import place_in, prompt
 from utils import eval_mode
@@ -62,17 +62,6 @@ def written_places(model, corpus, names, frames, skips, device):
     written = greedy_completions(model, prompts, corpus, device, PLACE_STEPS)
     places = [place_in(text, skips) for text in written]
     return [places[i * len(frames) : (i + 1) * len(frames)] for i in range(len(names))]
-
-
-def padded_ids(rows, length=None):
-    """
-    Rows of ids as one Long tensor of `length` columns (the longest row's by default), each
-    padded at its end with 0. A causal model reads each row's text as if it were alone.
-    """
-    x = torch.zeros(len(rows), length or max(map(len, rows)), dtype=torch.long)
-    for row, ids in enumerate(rows):
-        x[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return x
 
 
 @torch.no_grad()

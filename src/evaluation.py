@@ -4,6 +4,7 @@ details as JSON lines, and how many held-out birthplaces a pretrained model reca
 """
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -86,11 +87,6 @@ def recalled_pairs(model, corpus, pairs, device, prompt):
     return [pair for pair, known in zip(pairs, recalled) if known]
 
 
-def recall_line(recalled, probed):
-    """The figure a command prints, in the course's score-line format."""
-    return f"Recalled: {recalled} out of {probed}: {round(recalled / max(1, probed) * 100, 2)}%"
-
-
 def rank_answers(cfg, metadata, corpus, model, rows, device):
     """
     This rank's answers, every world_size-th, to the questions of eval_corpus_path's rows:
@@ -111,11 +107,8 @@ def rank_answers(cfg, metadata, corpus, model, rows, device):
     training = read_pairs(training_path, "finetuning corpus", question_place_pairs)
     frames.names_of(training, training_path, corpus.stoi)
     pairs = [(question, place) for _, question, place in training]
-
-    def fit():
-        learned = r.readout_choice == "learned"
-        return fitting.fitted_ensemble(model, corpus, pairs, r.readout_frames, device, learned=learned)
-
+    learned = r.readout_choice == "learned"
+    fit = functools.partial(fitting.fitted_ensemble, model, corpus, pairs, r.readout_frames, device, learned=learned)
     fitted_on = [cfg.reading_params_path, training_path, resolve_data_path(cfg.pretrain_corpus_path)]
     kept = fitting.kept_ensemble(fitted_on, r.reading_settings(), fit)
     return kept.answers(model, corpus, names[rank::world_size], device)

@@ -68,13 +68,9 @@ def load_pairs(corpus, path, what):
 
 def encodable_questions(corpus, questions, what="questions"):
     """The questions with the characters outside the corpus's vocabulary dropped (and reported)."""
-    kept, dropped = [], 0
-    for question in questions:
-        question, n = known_characters(question, corpus.stoi)
-        kept.append(question)
-        dropped += n
-    report_dropped(dropped, what)
-    return kept
+    kept = [known_characters(question, corpus.stoi) for question in questions]
+    report_dropped(sum(dropped for _, dropped in kept), what)
+    return [question for question, _ in kept]
 
 
 def vocabulary(corpus):

@@ -38,8 +38,7 @@ class LossTally:
     def __init__(self, device, world_size, learning_rate, schedule):
         self.device, self.world_size = device, world_size
         self.learning_rate, self.schedule = learning_rate, schedule
-        self.epoch = torch.zeros((), device=device)
-        self.window, self.window_steps = torch.zeros((), device=device), 0
+        self.new_epoch()
         self.first_nonfinite = torch.full((), NO_STEP, device=device)
         self.closed = None  # the last window closed: (step, rate, steps, ReadLater loss sum, first non-finite step)
 
@@ -57,14 +56,9 @@ class LossTally:
         new window. Returns the window before's step, rate and mean loss (its copy long done), or None.
         """
         last = self.read_closed()
-        sums = ReadLater(over_ranks(self.window, dist.ReduceOp.SUM))
-        self.closed = (
-            step,
-            rate,
-            self.window_steps,
-            sums,
-            ReadLater(over_ranks(self.first_nonfinite, dist.ReduceOp.MIN)),
-        )
+        window_sum = ReadLater(over_ranks(self.window, dist.ReduceOp.SUM))
+        first_nonfinite = ReadLater(over_ranks(self.first_nonfinite, dist.ReduceOp.MIN))
+        self.closed = (step, rate, self.window_steps, window_sum, first_nonfinite)
         self.window, self.window_steps = torch.zeros((), device=self.device), 0
         return last
 

@@ -9,7 +9,7 @@ biography in the corpus from just before the birthplace, and a completion that s
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from distributed import exit_process
-from evaluation import recall_line
+from utils import score_line
 
 
 def main(argv=None):
@@ -17,7 +17,12 @@ def main(argv=None):
     parser.add_argument("--eval_corpus_path", required=True, help="held-out question<TAB>place pairs")
     args = parser.parse_args(argv)
     cfg = reading_config(args, eval_corpus_path=args.eval_corpus_path)
-    return exit_status("recall.py", lambda: print(recall_line(*pipeline.recall(cfg))))
+
+    def report():
+        recalled, probed = pipeline.recall(cfg)
+        print(score_line(probed, recalled, counted="Recalled"))
+
+    return exit_status("recall.py", report)
 
 
 if __name__ == "__main__":

@@ -7,31 +7,28 @@ import dataclasses
 import inspect
 import math
 import re
+from typing import Optional
 
 from errors import RunError
 
 BOOLEANS = {"yes": True, "no": False, "true": True, "false": False, "1": True, "0": False}
+NUMBERS = (int, float, Optional[int], Optional[float])  # the fields whose range is checked
+RANGE = ("at_least_zero", "below", "at_most")  # check_number's bounds
+RULES = dict(size=False, choices=(), at_least_zero=False, below=None, stage=None, trainer=None, reading=False)
 
 
-def setting(
-    default=None, *, size=False, choices=(), at_least_zero=False, below=None, stage=None, trainer=None, reading=False
-):
+def setting(default=None, **rules):
     """
-    A Recipe field's default and what it applies to, said once. size: it shapes the params.
-    choices: its values, the first by default. at_least_zero, below: its range (else positive).
+    A Recipe field's default and what it applies to, said once (RULES, with their defaults). size: it shapes
+    the params. choices: its values, the first by default. at_least_zero, below: its range (else positive).
     stage: the Stage field it fills where a stage leaves it None. trainer: the Trainer reads it
     in "pretraining", "finetuning" or every "training". reading: only evaluate reads it.
     """
-    metadata = dict(
-        size=size,
-        choices=choices,
-        at_least_zero=at_least_zero,
-        below=below,
-        stage=stage,
-        trainer=trainer,
-        reading=reading,
-    )
-    return dataclasses.field(default=choices[0] if choices else default, metadata=metadata)
+    unknown = set(rules) - set(RULES)
+    if unknown:
+        raise TypeError(f"setting() has no rule {', '.join(sorted(unknown))}")
+    metadata = RULES | rules
+    return dataclasses.field(default=metadata["choices"][0] if metadata["choices"] else default, metadata=metadata)
 
 
 def path(role, needed_by=()):
@@ -52,6 +49,19 @@ def check_number(name, value, at_least_zero=False, below=None, at_most=None):
         raise RunError(f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}")
     if (below is not None and value >= below) or (at_most is not None and value > at_most):
         raise RunError(f"{name} must be {f'below {below}' if below is not None else f'at most {at_most}'}, got {value}")
+
+
+def check_fields(settings, where=""):
+    """
+    RunError, its name starting with `where`, for a number of a dataclass outside the range its field's
+    metadata gives, or a value outside its choices. A None is left unchecked.
+    """
+    for field in dataclasses.fields(settings):
+        value, rules, name = getattr(settings, field.name), field.metadata, where + field.name
+        if value is not None and field.type in NUMBERS:
+            check_number(name, value, **{rule: rules[rule] for rule in RANGE if rule in rules})
+        if rules.get("choices") and value not in rules["choices"]:
+            raise RunError(f"{name} must be one of {', '.join(rules['choices'])}, got {value!r}")
 
 
 def parse_value(kind, text, where=""):

@@ -64,6 +64,6 @@ def evaluate_places(filepath, predicted_places):
     return len(rows), correct
 
 
-def score_line(total, correct):
+def score_line(total, correct, counted="Correct"):
     """The course's score line, the percentage rounded to two decimals (3.6%, not 3.5999999999999996%)."""
-    return f"Correct: {correct} out of {total}: {round(correct / total * 100, 2)}%"
+    return f"{counted}: {correct} out of {total}: {round(correct / max(1, total) * 100, 2)}%"

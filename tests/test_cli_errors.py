@@ -29,6 +29,12 @@ from conftest import (
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from model import GPT, GPTConfig
+from setting_fields import setting
+
+
+def test_a_setting_declared_with_a_rule_no_check_reads_is_refused_at_once():
+    with pytest.raises(TypeError, match="setting\\(\\) has no rule trainr"):
+        setting(0.0, trainr="training")
 
 
 def test_input_errors_are_one_line(small_finetuned, tiny_world, tmp_path, capsys):
@@ -398,6 +404,14 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         (
             [*pretrain_args("vanilla", "WIKI", "x"), "--decay_epochs", "0"],
             "decay_epochs must be positive, got 0",
+        ),
+        (
+            [*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--finetune_lr_from_scratch", "-1"],
+            "finetune_lr_from_scratch must be positive, got -1.0",
+        ),
+        (
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus documents=0"],
+            "documents=0.0 full_names=False): documents must be positive, got 0.0",
         ),
         (
             [*pretrain_args("perceiver", "WIKI", "x"), "--bottleneck_dim", "256"],
