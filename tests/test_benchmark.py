@@ -8,6 +8,7 @@ import pytest
 
 import arguments
 import benchmark
+import cpu_pace
 import step_pace
 from config import HANDOUT
 from model import variant_config
@@ -165,3 +166,14 @@ def test_step_pace_rows_each_way_with_the_flags_that_give_it(tiny_world, tmp_pat
         argv = ["pretrain", "vanilla", "w.txt", *flags.strip(" |`").split()]
         recipe = arguments.parse(argv, arguments.build_parser())[0].recipe
         assert {k: getattr(recipe, k) for k in step_pace.WAYS[way[2:]]} == step_pace.WAYS[way[2:]]
+
+
+def test_cpu_pace_gives_every_way_a_row_against_todays_step(tiny_world, capsys):
+    """experiments/cpu_pace.py: a row per way, today's step its own baseline; exact ways lose nothing on the way."""
+    ways = ["fp32", "passes8", "math_attention", "one_thread"]
+    argv = ["--recipe", "demo", "--ways", *ways, "--rounds", "1", "--steps", "2", "--check_steps", "2"]
+    cpu_pace.main([*argv, "--data", str(tiny_world["wiki.txt"])])
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][2:]
+    assert [row[0][2:] for row in rows] == ways
+    assert rows[0][3] == "1.00" and float(rows[0][4].rstrip(" |")) == 0  # fp32 is today's step
+    assert all(float(row[1]) > 0 and float(row[4].rstrip(" |")) < 1e-3 for row in rows)  # fp32's loss, to rounding
