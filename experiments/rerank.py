@@ -16,6 +16,11 @@ characters where each writer's greedy place starts (experiments/readout.py's bra
 refits the learned choice's weights on the first 1,600 people's candidates so grown: a
 branch's place counts as written by a writer only where that writer's greedy path wrote it.
 The same table, a row per K and part.
+
+--biography N [N ...] adds to the last ensemble's candidates the first N places of each person's
+greedy biography, the model's own text after "NAME. " (Ensemble.biography, --readout_biography),
+each a writer of its own, and refits the weights on the first 1,600 people's candidates so grown;
+its rows also give the biography's first place alone. The weights printed are the last fit's.
 """
 
 import dataclasses
@@ -53,6 +58,7 @@ def main(argv=None):
     parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv", help="the training pairs")
     parser.add_argument("--writers", type=int, nargs="+", default=[4, 8], help="numbers of writers (default 4 8)")
     parser.add_argument("--first_chars", type=int, nargs="+", default=[], help="branch at K first characters")
+    parser.add_argument("--biography", type=int, nargs="+", default=[], help="the greedy biography's first N places")
     args = parser.parse_args(argv)
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 
@@ -80,7 +86,19 @@ def main(argv=None):
                 a_person = sum(len(person.places) for person in grown[label]) / len(part)
                 row = f"{writers}, {k} first characters ({a_person:.1f} a person)"
                 print(f"| {row} | {label} | {among:.1%} | {summed:.1%} | {learned:.1%} |", flush=True)
+        greedy = fitted
+        for n in args.biography:
+            with_biography = dataclasses.replace(greedy, biography=n)
+            grown = {label: with_biography.candidates(model, corpus, names_in(p), device) for label, p in split.items()}
+            weights = weights_fitted_to(grown["first 1,600"], split["first 1,600"])
+            fitted = dataclasses.replace(with_biography, weights=weights)
+            for label, part in split.items():
+                among, summed, learned = shares(fitted, grown[label], part)
+                alone = accuracy([person.written[len(greedy.writers)] for person in grown[label]], part)
+                row = f"{writers} and the biography's {n} (its first alone: {alone:.1%})"
+                print(f"| {row} | {label} | {among:.1%} | {summed:.1%} | {learned:.1%} |", flush=True)
         labels = [f"scorer `{s}`" for s in fitted.scorers] + [f"written by `{w}`" for w in fitted.writers]
+        labels += [f"the biography's place {i + 1}" for i in range(fitted.biography)]
         print("\n| feature | weight |\n| --- | --- |")
         for label, weight in zip(labels + ["length"], fitted.weights):
             print(f"| {label} | {weight:+.3f} |")

@@ -1,8 +1,9 @@
 """
 The frames readout's reading and choosing: "Where was NAME born?" asked in the corpus's own words.
 
-The greedy continuation of each writer frame gives a candidate place, and each candidate is
-scored after every scorer frame. The answer is the learned choice's candidate (choice.py), or
+The greedy continuation of each writer frame gives a candidate place, and so, where asked, do
+the first places of the person's biography as the model writes it; each candidate is scored
+after every scorer frame. The answer is the learned choice's candidate (choice.py), or
 without its weights the one whose log-probabilities add up highest.
 """
 
@@ -14,10 +15,11 @@ import torch
 import choice
 from dataset import encoded, known_characters, padded_ids
 from decoding import Answer, greedy_completions
-from frames import place_in, prompt
+from frames import NAME, place_in, places_named, prompt
 from utils import eval_mode
 
 PLACE_STEPS = 32  # characters written after a frame, enough for the place
+BIOGRAPHY_STEPS = 100  # characters of a greedy biography written after its name: most of a block
 
 
 def candidate_set(places):
@@ -56,12 +58,21 @@ class Candidates:
         return Candidates(written, places, tuple(self.scores[self.places.index(place)] for place in places))
 
 
-def written_places(model, corpus, names, frames, skips, device):
-    """For each name, the place that the greedy continuation of each frame names (place_in)."""
+def written_places(model, corpus, names, frames, skips, device, biography=0):
+    """
+    For each name, the place that the greedy continuation of each frame names (place_in), then
+    the first `biography` places its greedy biography names (places_named; "" where it names fewer).
+    """
     prompts = [prompt(frame, name) for name in names for frame in frames]
     written = greedy_completions(model, prompts, corpus, device, PLACE_STEPS)
     places = [place_in(text, skips) for text in written]
-    return [places[i * len(frames) : (i + 1) * len(frames)] for i in range(len(names))]
+    rows = [places[i * len(frames) : (i + 1) * len(frames)] for i in range(len(names))]
+    if not biography:
+        return rows
+    openings = [prompt(f"{NAME}. ", name) for name in names]  # how every biography of the corpus opens
+    texts = greedy_completions(model, openings, corpus, device, BIOGRAPHY_STEPS)
+    named = [(places_named(text, skips, biography) + [""] * biography)[:biography] for text in texts]
+    return [row + extra for row, extra in zip(rows, named)]
 
 
 @torch.no_grad()
@@ -117,10 +128,11 @@ class Ensemble:
     skips: frozenset = frozenset()  # the date words place_in passes over (frames.Mined)
     end: str = ","  # what follows a candidate when it is scored
     weights: tuple = ()  # the learned choice's (choice.py); none: the summed log-probabilities choose
+    biography: int = 0  # the greedy biography's first places among the candidates, each written as by a writer
 
     def candidates(self, model, corpus, names, device):
         """Each name's Candidates under this ensemble's frames."""
-        written = written_places(model, corpus, names, self.writers, self.skips, device)
+        written = written_places(model, corpus, names, self.writers, self.skips, device, self.biography)
         return scored_candidates(model, corpus, names, written, self.scorers, self.end, device)
 
     def chosen(self, candidates):

@@ -107,8 +107,8 @@ def rank_answers(cfg, metadata, corpus, model, rows, device):
     training = read_pairs(training_path, "finetuning corpus", question_place_pairs)
     frames.names_of(training, training_path, corpus.stoi)
     pairs = [(question, place) for _, question, place in training]
-    learned = r.readout_choice == "learned"
-    fit = functools.partial(fitting.fitted_ensemble, model, corpus, pairs, r.readout_frames, device, learned=learned)
+    how = dict(learned=r.readout_choice == "learned", biography=r.readout_biography)
+    fit = functools.partial(fitting.fitted_ensemble, model, corpus, pairs, r.readout_frames, device, **how)
     fitted_on = [cfg.reading_params_path, training_path, resolve_data_path(cfg.pretrain_corpus_path)]
     kept = fitting.kept_ensemble(fitted_on, r.reading_settings(), fit)
     return kept.answers(model, corpus, names[rank::world_size], device)

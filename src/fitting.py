@@ -27,10 +27,11 @@ KEPT = ".readout.json"  # the kept readout's file: the params' path and this
 FIT_VERSION = 3  # raise it when the fit changes in a way no constant shows, so that no stale fit is read back
 
 
-def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=False):
+def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=False, biography=0):
     """
-    The ensemble of `writers` frames fitted on the training pairs, with the learned choice's
-    weights if `learned`. Each writer is picked as the frame that adds most to the summed choice.
+    The ensemble of `writers` frames and the greedy biography's first `biography` places, fitted on
+    the training pairs, with the learned choice's weights if `learned`. Each writer is picked as the
+    frame that adds most to the summed choice.
     """
     mined = mine(corpus.data, pairs, least_people(pairs))
     if not mined.frames:
@@ -55,7 +56,7 @@ def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=Fa
     picked = []
     for _ in range(min(writers, len(pooled))):
         picked.append(max((j for j in range(len(pooled)) if j not in picked), key=lambda j: answered(picked + [j])))
-    fitted = Ensemble(tuple(mined_frames[pooled[j]] for j in picked), scorers, mined.skips)
+    fitted = Ensemble(tuple(mined_frames[pooled[j]] for j in picked), scorers, mined.skips, biography=biography)
     if not learned:
         return fitted
     return dataclasses.replace(fitted, weights=learned_weights(model, corpus, everyone, fitted, device))
@@ -122,7 +123,7 @@ def kept_ensemble(fitted_on, settings, fit):
         if kept["key"] == key:
             found = kept["ensemble"]
             writers, scorers, skips, weights = (tuple(found[k]) for k in ("writers", "scorers", "skips", "weights"))
-            return Ensemble(writers, scorers, frozenset(skips), found["end"], weights)
+            return Ensemble(writers, scorers, frozenset(skips), found["end"], weights, found["biography"])
     if kept is not None:
         logger.warning("%s was fitted on other files or settings: fitting the readout again", path)
     fitted = fit()

@@ -10,12 +10,13 @@ import dataclasses
 import math
 import re
 
-from dataset import biographies, name_of
+from dataset import MASK_CHAR, biographies, name_of
 from errors import RunError
 
 NAME = "NAME"
 MOST_WORDS = 3  # a frame is at most the last three words before the place
 MIN_SHARE = 0.01  # a frame is kept where at least this share of the training people (and two) share it
+PLACE_CUE = r"[Bb]orn[ ,]|\(| in "  # where a written biography names a place: after "born", a bracket or " in "
 
 
 def names_in(pairs):
@@ -62,6 +63,16 @@ def place_in(text, skips=frozenset()):
         if head != word:
             break
     return " ".join(place)
+
+
+def places_named(text, skips=frozenset(), most=2):
+    """
+    The first `most` distinct places a written biography names, each read (place_in) after a
+    PLACE_CUE, up to its first mask: the model writes a span corruption's masked content after it.
+    """
+    text = text.split(MASK_CHAR)[0]
+    named = (place_in(text[cue.end() :], skips) for cue in re.finditer(PLACE_CUE, text))
+    return list(dict.fromkeys(place for place in named if place))[:most]
 
 
 def date_before(before):

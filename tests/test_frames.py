@@ -103,6 +103,15 @@ def test_the_place_is_the_capitalised_words_after_a_date(written, place):
     assert frames.place_in(written, skips=frozenset({"in", "March", "May"})) == place
 
 
+def test_a_written_biography_names_its_places_after_born_a_bracket_or_in():
+    """places_named: the first distinct places after the cues, dates skipped, nothing after the first mask."""
+    skips = frozenset({"born", "in", "December"})
+    text = f"Ada Lovelace (born 10 December 1815 in London, England) wrote in Paris{MASK_CHAR} in Rome"
+    assert frames.places_named(text, skips) == ["London", "Paris"]
+    assert frames.places_named(text, skips, most=1) == ["London"]
+    assert frames.places_named("was a mathematician and a writer.", skips) == []
+
+
 def test_a_question_of_another_form_is_named_with_its_line():
     assert frames.names_of([(1, "Where was Ada Berg born?"), (3, "Where was Håvard Rem born?")], "q.tsv") == [
         "Ada Berg",
@@ -310,6 +319,13 @@ def test_the_fitted_readout_is_kept_and_answers_do_not_depend_on_the_questions_f
     kept = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))
     assert kept["key"]["training"] == fitting.file_digest(fewer)
 
+    # the written biography's first place among the candidates: a writer of its own, with its weight
+    biography = [*fewer_readout, "--readout_biography", "1"]
+    assert main(*evaluate_args("vanilla", wiki, params, frames_world["dev.tsv"], tmp_path / "d"), *biography) == 0
+    found = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))["ensemble"]
+    assert found["biography"] == 1 and len(found["weights"]) == len(found["scorers"]) + len(found["writers"]) + 2
+    assert len(lines_of(tmp_path / "d")) == 24
+
 
 def test_the_kept_readouts_key_changes_with_every_setting_and_constant_of_the_fit(tmp_path, monkeypatch):
     """
@@ -322,13 +338,14 @@ def test_the_kept_readouts_key_changes_with_every_setting_and_constant_of_the_fi
         files.append(tmp_path / name)
     settings = HANDOUT.reading_settings()
     key = fitting.kept_key(files, settings)
-    assert set(settings) == {"readout", "readout_frames", "readout_choice"}
+    assert set(settings) == {"readout", "readout_frames", "readout_choice", "readout_biography"}
     for field in dataclasses.fields(HANDOUT):
         if field.name in settings:
             changed = dataclasses.replace(HANDOUT, **{field.name: another_value(field, settings[field.name])})
             assert fitting.kept_key(files, changed.reading_settings()) != key, field.name
     constants = fitting.fit_constants()
     known = {"choice.FLOOR", "choice.L2", "choice.LBFGS_STEPS", "ensemble.PLACE_STEPS", "frames.MOST_WORDS"}
+    known |= {"ensemble.BIOGRAPHY_STEPS", "frames.PLACE_CUE"}
     assert known | {"frames.MIN_SHARE", "fitting.POOL", "fitting.FIT_PEOPLE", "fitting.FIT_VERSION"} < set(constants)
     modules = dict(choice=choice, ensemble=ensemble, frames=frames, fitting=fitting)
     for name, value in constants.items():
@@ -417,18 +434,25 @@ def test_a_choice_learned_on_the_training_people_is_fitted_and_checked(frames_wo
     """
     argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
     argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "3", "--first_chars", "1", "2"]
-    assert rerank.main(argv) == 0
+    assert rerank.main([*argv, "--biography", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = [line.strip("| ").split(" | ") for line in lines if line.startswith(("| 2", "| 3"))]
     parts = ("first 1,600", "last 400")
-    assert [row[0].split(" (")[0] for row in rows[::2]] == ["2", "3", "3, 1 first characters", "3, 2 first characters"]
-    assert [row[1] for row in rows] == list(parts) * 4
+    firsts = ["2", "3", "3, 1 first characters", "3, 2 first characters", "3 and the biography's 2"]
+    assert [row[0].split(" (")[0] for row in rows[::2]] == firsts
+    assert [row[1] for row in rows] == list(parts) * 5
+    assert all(float(grown[2][:-1]) >= float(greedy[2][:-1]) for grown, greedy in zip(rows[8:], rows[2:4]))
+    rows = rows[:8]
     for _, _, among, summed, learned in rows:
         assert float(summed[:-1]) <= float(among[:-1]) and float(learned[:-1]) <= float(among[:-1])
     assert [row[2:] for row in rows[4:6]] == [row[2:] for row in rows[2:4]]  # one first character: the greedy paths
     assert all(float(grown[2][:-1]) >= float(greedy[2][:-1]) for grown, greedy in zip(rows[6:], rows[4:6]))
     weights = [line for line in lines if line.startswith("| scorer") or line.startswith("| written by")]
     assert len([w for w in weights if w.startswith("| written by")]) == 3 and len(weights) > 3
+    assert [line.split(" | ")[0] for line in lines if "the biography's place" in line] == [
+        "| the biography's place 1",
+        "| the biography's place 2",
+    ]
     assert any(line.startswith("| length | ") for line in lines)
 
 
