@@ -286,17 +286,20 @@ def test_the_fitted_readout_is_kept_and_answers_do_not_depend_on_the_questions_f
     frames_world, tmp_path, capsys, monkeypatch
 ):
     """
-    The first evaluate keeps its fitted readout beside the params; later ones read it back:
-    the dev file reversed, its places shuffled, gets the same answers in its own order. Other
-    training pairs refit it, said in one line.
+    The first evaluate keeps its fitted readout beside the params (with the written biography's
+    first place among the candidates, weighed as a writer); later ones read it back: the dev
+    file reversed, its places shuffled, gets the same answers in its own order. Other training
+    pairs refit it, said in one line.
     """
     wiki, params = frames_world["wiki.txt"], tmp_path / "pre.params"
     shutil.copy(frames_world["params"], params)
     readout = ["--readout", "frames", "--finetune_corpus_path", frames_world["train.tsv"], *WIDE]
+    readout += ["--readout_biography", "1"]
     assert main(*evaluate_args("vanilla", wiki, params, frames_world["dev.tsv"], tmp_path / "a"), *readout) == 0
     kept = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))
     assert len(kept["ensemble"]["writers"]) == HANDOUT.readout_frames and kept["key"]["readout_choice"] == "learned"
-    assert len(kept["ensemble"]["weights"]) == len(kept["ensemble"]["scorers"]) + HANDOUT.readout_frames + 1
+    assert kept["ensemble"]["biography"] == 1 and kept["key"]["readout_biography"] == 1
+    assert len(kept["ensemble"]["weights"]) == len(kept["ensemble"]["scorers"]) + HANDOUT.readout_frames + 1 + 1
     assert kept["key"]["params"] == fitting.file_digest(params)
 
     dev = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
@@ -318,13 +321,6 @@ def test_the_fitted_readout_is_kept_and_answers_do_not_depend_on_the_questions_f
     assert "pre.params.readout.json was fitted on other files or settings: fitting the readout again" in said
     kept = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))
     assert kept["key"]["training"] == fitting.file_digest(fewer)
-
-    # the written biography's first place among the candidates: a writer of its own, with its weight
-    biography = [*fewer_readout, "--readout_biography", "1"]
-    assert main(*evaluate_args("vanilla", wiki, params, frames_world["dev.tsv"], tmp_path / "d"), *biography) == 0
-    found = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))["ensemble"]
-    assert found["biography"] == 1 and len(found["weights"]) == len(found["scorers"]) + len(found["writers"]) + 2
-    assert len(lines_of(tmp_path / "d")) == 24
 
 
 def test_the_kept_readouts_key_changes_with_every_setting_and_constant_of_the_fit(tmp_path, monkeypatch):
