@@ -124,7 +124,7 @@ class Recipe:
     readout: str = setting(choices=("question", "frames"), reading=True)  # how evaluate asks
     readout_frames: int = setting(4, reading=True)  # frames readout: how many frames write candidate places
     readout_choice: str = setting(choices=("learned", "summed"), reading=True)  # choice.py's, or the likeliest
-    readout_biography: int = setting(0, at_least_zero=True, reading=True)  # frames: the places of a biography it writes
+    readout_biography: int = setting(0, at_least_zero=True, reading=True)  # frames: N places its own biography names
 
     def __post_init__(self):
         check_fields(self)
