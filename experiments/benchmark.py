@@ -77,7 +77,7 @@ from arguments import add_recipe_flags, recipe_fields_given
 from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, RunConfig
 from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
 from decoding import predict_places
-from distributed import pick_device
+from distributed import DEVICES, pick_device
 from files import DATA_DIR
 from model import GPT, VARIANTS, variant_config
 from pipeline import trainer_config
@@ -492,7 +492,7 @@ def main(argv=None):
     parser.add_argument("--eval_questions", type=int, default=500, help="dev questions to answer (default 500)")
     parser.add_argument("--sweep", type=int, nargs="*", default=[128, 256, 512, 1024], help="block sizes to sweep")
     parser.add_argument("--sweep_batch", type=int, default=8, help="batch size of the sweep's steps")
-    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
     parser.add_argument("--matmul_rate", action="store_true", help="only measure one core's fp32 matmul rate")
     parser.add_argument(

@@ -34,7 +34,7 @@ import pipeline
 from arguments import exit_status
 from config import RunConfig
 from decoding import recalled_places
-from distributed import exit_process
+from distributed import DEVICES, exit_process
 from errors import RunError
 from files import atomic_write
 from inputs import answered_pairs
@@ -185,7 +185,7 @@ def main(argv=None):
     parser.add_argument("--plot", metavar="PNG", help="also draw accuracy-coverage and reliability")
     parser.add_argument("--pretrained_params", help="also compare the answers for the people these params recall")
     parser.add_argument("--title", default="", help="the picture's title")
-    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    parser.add_argument("--device", choices=DEVICES, default="auto")
     args = parser.parse_args(argv)
     answering = ("variant", "pretrain_corpus_path", "reading_params_path", "eval_corpus_path", "details_path")
     if not args.summarise and not all(getattr(args, name) for name in answering):

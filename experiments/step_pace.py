@@ -29,7 +29,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmark import STRAIGHTFORWARD, data_folder, load_data, model_config, timed_training
 from config import BLOCK_SIZE, HANDOUT
 from dataset import CharCorruptionDataset
-from distributed import pick_device
+from distributed import DEVICES, pick_device
 from files import DATA_DIR
 from model import GPT
 from utils import set_seed
@@ -77,7 +77,7 @@ def main(argv=None):
     parser.add_argument("--precisions", nargs="+", default=["fp32", "tf32", "bf16"], choices=["fp32", "tf32", "bf16"])
     parser.add_argument("--ways", nargs="+", default=list(WAYS), choices=list(WAYS))
     parser.add_argument("--data", default=str(DATA_DIR), help="folder of the four data files (default data/)")
-    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    parser.add_argument("--device", choices=DEVICES, default="auto")
     args = parser.parse_args(argv)
     device = str(pick_device(args.device))
     corpus = CharCorruptionDataset(load_data(data_folder(args.data))["wiki.txt"], BLOCK_SIZE)

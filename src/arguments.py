@@ -14,7 +14,7 @@ import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from config import CUDA_CHECKPOINT_MINUTES, FUNCTIONS, RECIPES, REQUIRED, Recipe, RunConfig, parse_stages
-from distributed import launch_rank
+from distributed import DEVICES, launch_rank
 from errors import RunError
 from model import VARIANTS
 from setting_fields import field_comments, parse_value
@@ -133,7 +133,7 @@ def build_parser(prog="run.py", description=None):
     p.add_argument("--recipe", choices=list(RECIPES), default="handout", help="the named settings (src/config.py)")
     c = p.add_argument_group("run control")
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    c.add_argument("--device", choices=DEVICES, default="auto")
     c.add_argument(
         "--num_workers",
         type=int,
@@ -162,7 +162,7 @@ def params_parser(description, params_help, prog=None):
     parser.add_argument("variant", choices=VARIANTS)
     parser.add_argument("pretrain_corpus_path", help="the pretraining corpus (the vocabulary)")
     parser.add_argument("--reading_params_path", required=True, help=params_help)
-    parser.add_argument("--device", choices=["auto", "cuda", "mps", "cpu"], default="auto")
+    parser.add_argument("--device", choices=DEVICES, default="auto")
     return parser
 
 

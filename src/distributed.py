@@ -10,9 +10,11 @@ import threading
 import torch
 import torch.distributed as dist
 
+DEVICES = ("auto", "cuda", "mps", "cpu")  # what --device takes: "auto" is the first of the others that is available
+
 
 def pick_device(name="auto"):
-    """torch.device for "cuda", "mps", "cpu", or "auto" (the first of those that is available); a torch.device as is."""
+    """torch.device for one of DEVICES; a torch.device as is."""
     if isinstance(name, torch.device):
         return name
     available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}

@@ -63,7 +63,7 @@ class TrainerConfig:
     num_workers = 0
     writer = None  # a torch.utils.tensorboard.SummaryWriter, or None
     # this project's controls
-    device = "auto"  # "auto", "cuda", "mps" or "cpu"
+    device = "auto"  # one of distributed.DEVICES
     micro_batch_size = None  # rows per forward pass (None: CPU_MICRO_BATCH on the CPU, else all)
     fused_adamw = None  # None: fused on CUDA and the CPU, where PyTorch has a fused AdamW
     log_every = 10  # steps between reading the loss back for the bar and TensorBoard
