@@ -3,13 +3,13 @@ The controls beside a readout's figures on held-out people: its answers (predict
 that `run.py evaluate` wrote, one column each) split by whether the person's biography in
 the corpus names the birthplace, beside the readout of a model never pretrained and London
 for everyone. The untrained model has the sizes of the params read and the initial weights
-of --seed (those its pretraining started from); --recipe gives the readout it is asked with
-(its writers and choice, fitted on the training people as evaluate fits them), which should
-be the one the predictions were asked with.
+of --seed (those its pretraining started from); --recipe and run.py's recipe flags (such as
+--readout_biography) give the readout it is asked with (its writers and choice, fitted on the
+training people as evaluate fits them), which should be the one the predictions were asked with.
 
     python experiments/controls.py vanilla wiki.txt --reading_params_path pretrain.params \\
         --predictions dev.predictions [more.predictions ...] [--eval_corpus_path birth_dev.tsv] \\
-        [--finetune_corpus_path birth_places_train.tsv] [--recipe cpu] [--seed 0]
+        [--finetune_corpus_path birth_places_train.tsv] [--recipe cpu] [--readout_biography 2] [--seed 0]
 """
 
 import dataclasses
@@ -22,7 +22,7 @@ import src_path  # noqa: F401
 # isort: split
 import frames
 import pipeline
-from arguments import exit_status, params_parser, reading_config
+from arguments import add_recipe_flags, exit_status, params_parser, reading_config, recipe_fields_given
 from config import RECIPES
 from dataset import question_place_pairs
 from distributed import exit_process
@@ -61,9 +61,15 @@ def main(argv=None):
     parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv", help="the training pairs")
     parser.add_argument("--recipe", choices=list(RECIPES), default="cpu", help="the readout's settings")
     parser.add_argument("--seed", type=int, default=0, help="the untrained model's initial weights")
+    add_recipe_flags(parser)
     args = parser.parse_args(argv)
+    given = recipe_fields_given(args)
     cfg = reading_config(args, eval_corpus_path=args.eval_corpus_path, finetune_corpus_path=args.finetune_corpus_path)
-    cfg = dataclasses.replace(cfg, recipe=RECIPES[args.recipe], recipe_name=args.recipe, seed=args.seed)
+    try:
+        recipe = dataclasses.replace(RECIPES[args.recipe], **given)
+    except RunError as e:
+        parser.error(str(e))
+    cfg = dataclasses.replace(cfg, recipe=recipe, recipe_name=args.recipe, given=frozenset(given), seed=args.seed)
 
     def run():
         rows = read_pairs(cfg.eval_corpus_path, "held-out pairs", question_place_pairs)

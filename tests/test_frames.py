@@ -480,7 +480,10 @@ def test_rehearsal_mixes_the_questions_with_as_many_span_corrupted_documents(fra
 
 
 def test_the_controls_split_the_answers_by_whether_the_biography_names_the_place(frames_world, tmp_path, capsys):
-    """experiments/controls.py: right answers counted in each part, beside an untrained model's and London's."""
+    """
+    experiments/controls.py: right answers counted in each part, beside an untrained model's and
+    London's; the untrained model is asked with the recipe flags given (here the biography's place).
+    """
     held_out = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
     held_out.append([held_out[0][0], "London"])  # a place the person's biography does not name
     asked = tmp_path / "dev.tsv"
@@ -489,7 +492,7 @@ def test_the_controls_split_the_answers_by_whether_the_biography_names_the_place
     predictions = tmp_path / "dev.predictions"
     predictions.write_text("".join(f"{answer}\n" for answer in answers), encoding="utf-8")
     argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
-    argv += ["--predictions", str(predictions), "--eval_corpus_path", str(asked)]
+    argv += ["--predictions", str(predictions), "--eval_corpus_path", str(asked), "--readout_biography", "1"]
     assert controls.main([*argv, "--finetune_corpus_path", frames_world["train.tsv"]]) == 0
     rows = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert rows[0] == ["held-out people", "`dev.predictions`", "never pretrained", "London for all"]
