@@ -219,6 +219,7 @@ RECIPES = {
         group_by_length=True,
         readout="frames",
         readout_frames=8,  # under the learned choice, more writers answer more (docs/readout.md)
+        readout_biography=2,  # the places its own biography names, among the candidates (docs/readout.md)
     ),
     # The demo world's (run.sh demo, with the rope variant; docs/demo.md says why each setting):
     # pretrained on the biographies alone and read out in their words. Its finetuning settings
