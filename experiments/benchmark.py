@@ -73,7 +73,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from arguments import add_recipe_flags, recipe_fields_given
+from arguments import OneLineParser, add_recipe_flags, given_recipe
 from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, RunConfig
 from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
 from decoding import predict_places
@@ -482,7 +482,7 @@ def sweep(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--variants",
         nargs="+",
@@ -527,10 +527,9 @@ def main(argv=None):
     )
     add_recipe_flags(parser)  # run.py's recipe flags: the fast way's settings (e.g. --precision bf16 --compile)
     args = parser.parse_args(argv)
-    given = recipe_fields_given(args)
+    args.fast_recipe, given = given_recipe(parser, args, HANDOUT)
     if given and args.whole_process:
         parser.error("recipe flags set the in-process fast way; --whole_process compares run.py's defaults")
-    args.fast_recipe = dataclasses.replace(HANDOUT, **given)
     args.device = str(pick_device(args.device))
     print(f"device: {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"one core's fp32 matmul (512 x 512): {single_core_matmul_gflops():.1f} GFLOP/s")

@@ -22,7 +22,7 @@ import src_path  # noqa: F401
 # isort: split
 import frames
 import pipeline
-from arguments import add_recipe_flags, exit_status, params_parser, reading_config, recipe_fields_given
+from arguments import add_recipe_flags, exit_status, given_recipe, params_parser, reading_config
 from config import RECIPES
 from dataset import question_place_pairs
 from distributed import exit_process
@@ -63,12 +63,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="the untrained model's initial weights")
     add_recipe_flags(parser)
     args = parser.parse_args(argv)
-    given = recipe_fields_given(args)
+    recipe, given = given_recipe(parser, args, RECIPES[args.recipe])
     cfg = reading_config(args, eval_corpus_path=args.eval_corpus_path, finetune_corpus_path=args.finetune_corpus_path)
-    try:
-        recipe = dataclasses.replace(RECIPES[args.recipe], **given)
-    except RunError as e:
-        parser.error(str(e))
     cfg = dataclasses.replace(cfg, recipe=recipe, recipe_name=args.recipe, given=frozenset(given), seed=args.seed)
 
     def run():

@@ -98,6 +98,15 @@ def recipe_fields_given(args):
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
 
 
+def given_recipe(parser, args, base):
+    """`base` with the recipe fields given on the command line put in, and those fields; a bad mix exits in one line."""
+    given = recipe_fields_given(args)
+    try:
+        return dataclasses.replace(base, **given), given
+    except RunError as e:
+        parser.error(str(e))
+
+
 def recipe_epilog():
     """Every recipe field with its value in each named recipe, and the flags each function needs."""
     lines = [f"recipe settings, {' / '.join(RECIPES)}:"]
@@ -181,11 +190,7 @@ def reading_config(args, **more):
 def parse(argv, parser):
     """The RunConfig of a run.py command line, and the parsed namespace; a bad one exits with one line and code 2."""
     args = parser.parse_args(argv)
-    given = recipe_fields_given(args)
-    try:
-        recipe = dataclasses.replace(RECIPES[args.recipe], **given)
-    except RunError as e:
-        parser.error(str(e))
+    recipe, given = given_recipe(parser, args, RECIPES[args.recipe])
     run = {name: value for name, value in vars(args).items() if name in RunConfig.__dataclass_fields__}
     command = shlex.join([parser.prog, *argv])
     extra = dict(recipe=recipe, recipe_name=args.recipe, given=frozenset(given), command=command)

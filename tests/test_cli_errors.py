@@ -467,6 +467,25 @@ def test_command_line_mistakes_are_one_line(args, message, tiny_world, capsys):
 
 
 @pytest.mark.parametrize(
+    "script, args",
+    [("benchmark", []), ("controls", ["vanilla", "WIKI", "--reading_params_path", "p.params", "--predictions", "x"])],
+)
+def test_the_research_scripts_refuse_a_bad_mix_of_recipe_flags_as_run_py_does(script, args, tiny_world, capsys):
+    """A mix that no Recipe can hold is one line and exit code 2 before anything runs, not a traceback."""
+    import benchmark
+    import controls
+
+    mix = ["--clause_dropout", "0.1", "--corrupt_by_epoch"]
+    argv = [tiny_world["wiki.txt"] if a == "WIKI" else a for a in args] + mix
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        {"benchmark": benchmark, "controls": controls}[script].main(argv)
+    err = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "clause_dropout draws a view per example: it cannot go with corrupt_by_epoch" in err
+
+
+@pytest.mark.parametrize(
     "flag, replacement",
     [
         (["--max_epochs", "1"], "use --pretrain_epochs (pretrain), or --finetune_epochs_from_scratch and "),
