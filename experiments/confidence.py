@@ -32,13 +32,13 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 from arguments import exit_status
-from config import RunConfig
 from decoding import recalled_places
 from distributed import DEVICES, exit_process
 from errors import RunError
 from files import atomic_write
 from inputs import answered_pairs
 from model import VARIANTS
+from run_config import RunConfig
 from utils import score_line
 
 QUINTILES = 5

@@ -29,9 +29,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-from config import RECIPES, RunConfig
+from config import RECIPES
 from files import resolve_data_path
 from pipeline import build, stage_data, trainer_config
+from run_config import RunConfig
 from trainer import Trainer
 
 WAYS = {  # Recipe fields, and the passes' rows, the threads and the attention kernels where a way changes them

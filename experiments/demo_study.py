@@ -34,13 +34,14 @@ import src_path  # noqa: F401
 import pipeline
 import world
 from arguments import add_recipe_flags, exit_status
-from config import DEMO_VARIANT, RECIPES, Recipe, RunConfig
+from config import DEMO_VARIANT, RECIPES, Recipe
 from distributed import exit_process
 from errors import RunError
 from evaluation import PROBES, probed_recall
 from inputs import answered_pairs
 from london_baseline import most_frequent_place
 from model import VARIANTS
+from run_config import RunConfig
 
 DEMO = RECIPES["demo"]
 PROBED = ("biography", "name")  # the recall probes of every row

@@ -33,7 +33,7 @@ import src_path  # noqa: F401
 import frames
 import pipeline
 from arguments import exit_status, params_parser, reading_config
-from config import RECIPES, Recipe, RunConfig
+from config import RECIPES, Recipe
 from dataset import PAD_CHAR, NameDataset, encoded, known_characters, name_of
 from decoding import predict_places
 from distributed import exit_process
@@ -41,6 +41,7 @@ from ensemble import accuracy
 from fitting import fitted_ensemble
 from inputs import answered_pairs
 from readout import tuning_split
+from run_config import RunConfig
 
 # run name: (form of the finetuning examples, recipe settings); form None: no finetuning
 RUNS = {

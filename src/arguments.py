@@ -1,5 +1,5 @@
 """
-run.py's command line as a config.RunConfig, with a flag for every Recipe field made from its
+run.py's command line as a run_config.RunConfig, with a flag for every Recipe field made from its
 type, default and comment. exit_status turns the one error type, RunError, into one line and exit code 2.
 """
 
@@ -13,10 +13,11 @@ import sys
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from config import CUDA_CHECKPOINT_MINUTES, FUNCTIONS, RECIPES, REQUIRED, Recipe, RunConfig, parse_stages
+from config import RECIPES, Recipe, parse_stages
 from distributed import DEVICES, launch_rank
 from errors import RunError
 from model import VARIANTS
+from run_config import CUDA_CHECKPOINT_MINUTES, FUNCTIONS, REQUIRED, RunConfig
 from setting_fields import field_comments, parse_value
 from trainer import TrainingInterrupted
 

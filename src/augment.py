@@ -1,13 +1,16 @@
 """
 Other views of the pretraining biographies, made from their own text alone (Recipe's full_names and
-clause_dropout): levers that try to key a stored birthplace to the person's name, which is all a question
-gives. Each corpus line is "NAME. biography".
+clause_dropout, a stage's "text" data): levers that try to key a stored birthplace to the person's name,
+which is all a question gives. Each corpus line is "NAME. biography".
 """
 
 import random
 import re
 
+import torch
 from torch.utils.data import Dataset
+
+from dataset import encoded
 
 CLAUSE_END = re.compile(r"(?<=[,.;]) ")
 
@@ -49,23 +52,54 @@ def clause_view(document, dropout, rng=random):
     return " ".join([f"{title}.", *kept]) if kept else document
 
 
-class ClauseViews(Dataset):
-    """The corpus's span-corruption examples, each of a fresh clause_view: every epoch sees another sub-sample."""
+class PlainText(Dataset):
+    """
+    The corpus's documents for plain next-character prediction, x without its last character and y without
+    its first, padded. The course's span corruption sees at most a document's first 7/8 block, most often far
+    less; this sees a whole document, or a random window of the block where it is longer.
+    """
 
-    def __init__(self, corpus, dropout):
-        self.corpus, self.dropout = corpus, dropout
+    def __init__(self, corpus):
+        self.corpus = corpus
 
     def __len__(self):
         return len(self.corpus)
 
     def __getitem__(self, idx):
-        return self.corpus.corrupted(clause_view(self.corpus.data[idx], self.dropout))
+        return self.example(self.corpus.data[idx])
+
+    def example(self, document):
+        """One example of `document`: a window of block_size characters from a start drawn with Python's random."""
+        size = self.corpus.block_size
+        start = random.randint(0, max(0, len(document) - size))
+        ids = torch.zeros(size, dtype=torch.long)  # id 0 is the pad, which the loss ignores
+        window = encoded(document[start : start + size], self.corpus.stoi)
+        ids[: len(window)] = torch.tensor(window, dtype=torch.long)
+        return ids[:-1], ids[1:]
 
 
-def viewed(corpus, full_names, clause_dropout):
-    """The pretraining corpus as these views of it (itself when they ask for none)."""
+class ClauseViews(Dataset):
+    """
+    The corpus's examples (span corruptions, or `example`'s), each of a fresh clause_view: every epoch sees
+    another sub-sample.
+    """
+
+    def __init__(self, corpus, dropout, example=None):
+        self.corpus, self.dropout = corpus, dropout
+        self.example = example or corpus.corrupted
+
+    def __len__(self):
+        return len(self.corpus)
+
+    def __getitem__(self, idx):
+        return self.example(clause_view(self.corpus.data[idx], self.dropout))
+
+
+def viewed(corpus, full_names, clause_dropout, plain_text=False):
+    """The pretraining corpus as these views of it (itself, span-corrupted, when they ask for none)."""
     if full_names:
         corpus = corpus.with_documents([full_named(document) for document in corpus.data], corpus.max_shift)
+    text = PlainText(corpus) if plain_text else None
     if clause_dropout:
-        corpus = ClauseViews(corpus, clause_dropout)
-    return corpus
+        return ClauseViews(corpus, clause_dropout, text and text.example)
+    return text or corpus

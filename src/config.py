@@ -1,25 +1,22 @@
 """
-The settings of the experiment in one place: Recipe, every training setting, with the named
-recipes, and RunConfig, what one pretrain, finetune or evaluate run is given.
+The settings of the experiment in one place: Recipe, every training setting, its pretraining
+Stages, and the named recipes. What one run is given besides is run_config.RunConfig.
 """
 
 import dataclasses
-import os
 from typing import Optional
 
 from dataset import longest_shift
 from errors import RunError
-from setting_fields import check_fields, parse_value, path, setting, value_type
+from setting_fields import check_fields, parse_value, setting, value_type
 
 BLOCK_SIZE = 128
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
-CUDA_CHECKPOINT_MINUTES = 2  # on CUDA a checkpoint every 2 minutes, not after every (sub-second) epoch
-CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA at most (none on the CPU), one core left to training
 # the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
 # LayerNorms (ln1, ln2 and the final ln_f), the output head
 FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
 HELD_OUT_SEED = 0  # which documents held_out_fraction holds out, and their span corruptions
-STAGE_DATA = ("corpus", "pairs", "corpus+pairs")
+STAGE_DATA = ("corpus", "pairs", "corpus+pairs", "text", "text+pairs")  # text: augment.PlainText
 CAPTURED_STEPS = ("auto", "off", "cuda_graph", "compiled", "fused_graph")  # capture.py's ways
 
 
@@ -32,7 +29,7 @@ class Stage:
     (run.py --pretrain_stages) a stage reads `corpus+pairs epochs=20 lr=0.0003`.
     """
 
-    data: str = "corpus+pairs"  # corpus, pairs, or corpus+pairs; the pairs are --mix_corpus_path's
+    data: str = "corpus+pairs"  # corpus (span corruption), text (whole documents), pairs, or one of the two +pairs
     epochs: Optional[int] = None  # how many epochs
     lr: Optional[float] = None  # the peak learning rate
     max_shift: Optional[int] = dataclasses.field(default=None, metadata={"at_least_zero": True})  # 0..max_shift pads
@@ -51,6 +48,16 @@ class Stage:
         """Whether it trains on --mix_corpus_path's question<TAB>place pairs."""
         return "pairs" in self.data
 
+    @property
+    def reads_corpus(self):
+        """Whether it trains on the pretraining corpus: span-corrupted ("corpus") or as plain text ("text")."""
+        return self.data != "pairs"
+
+    @property
+    def plain_text(self):
+        """Whether it reads the corpus as plain next-character prediction (augment.PlainText)."""
+        return self.data.startswith("text")
+
     @classmethod
     def parse(cls, text):
         """A Stage from its text: the data, then NAME=VALUE for the fields it sets."""
@@ -68,6 +75,8 @@ class Stage:
         """RunError, starting with `where`, for a stage of unknown data or a number out of its range."""
         if self.data not in STAGE_DATA:
             raise RunError(f"{where}: its data must be one of {', '.join(STAGE_DATA)}, got {self.data!r}")
+        if self.plain_text and self.max_shift:
+            raise RunError(f"{where}: max_shift pads span corruptions; a text stage has none, so it needs max_shift=0")
         if not 0 <= self.max_shift <= longest_shift(BLOCK_SIZE):
             raise RunError(f"{where}: max_shift must be in 0..{longest_shift(BLOCK_SIZE)}, got {self.max_shift}")
         check_fields(self, f"{where}: ")
@@ -132,6 +141,8 @@ class Recipe:
             raise RunError("pretrain_stages must hold at least one stage")
         if self.clause_dropout and self.corrupt_by_epoch:
             raise RunError("clause_dropout draws a view per example: it cannot go with corrupt_by_epoch")
+        if self.corrupt_by_epoch and any(stage.plain_text for stage in self.pretrain_stages):
+            raise RunError("corrupt_by_epoch draws span corruptions: it cannot go with a text stage")
         for number, stage in enumerate(self.stages(), 1):
             stage.check(f"pretraining stage {number} ({stage})")
         unknown = set(self.frozen_parts()) - set(FREEZABLE)
@@ -242,72 +253,3 @@ RECIPES = {
     ),
 }
 DEMO_VARIANT = "rope"
-
-
-FUNCTIONS = ("pretrain", "finetune", "evaluate")
-
-
-@dataclasses.dataclass
-class RunConfig:
-    """One pretrain, finetune or evaluate run: its inputs and outputs, the recipe, and the run's controls."""
-
-    function: str  # "pretrain", "finetune" or "evaluate"
-    variant: str  # "vanilla", "perceiver", "synthesizer" or "rope"
-    pretrain_corpus_path: str = dataclasses.field(metadata=dict(role="input"))  # its characters are the vocabulary
-    reading_params_path: Optional[str] = path("input", needed_by=("evaluate",))
-    writing_params_path: Optional[str] = path("output", needed_by=("pretrain", "finetune"))
-    finetune_corpus_path: Optional[str] = path("input", needed_by=("finetune",))
-    eval_corpus_path: Optional[str] = path("input", needed_by=("evaluate",))
-    outputs_path: Optional[str] = path("output", needed_by=("evaluate",))
-    details_path: Optional[str] = path("output")  # evaluate: a line of JSON per answer with its confidence
-    mix_corpus_path: Optional[str] = path("input")  # pretrain: question<TAB>place pairs, the stages' "pairs"
-    recipe: Recipe = HANDOUT
-    recipe_name: str = "handout"
-    given: frozenset = frozenset()  # the recipe fields the command line set: they win over the params' metadata
-    seed: int = 0
-    device: str = "auto"
-    num_workers: Optional[int] = None  # DataLoader workers (None: default_num_workers)
-    resume: bool = False
-    checkpoint_minutes: Optional[float] = None  # None: after every epoch; on CUDA every CUDA_CHECKPOINT_MINUTES
-    keep_checkpoint: bool = False
-    tb_expt_name: str = "run"
-    tensorboard_root: str = "expt"  # relative to the working directory
-    command: str = ""  # the command line, recorded in the params' metadata
-
-
-INPUTS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("role") == "input")
-OUTPUTS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("role") == "output")
-REQUIRED = {
-    function: tuple(f.name for f in dataclasses.fields(RunConfig) if function in f.metadata.get("needed_by", ()))
-    for function in FUNCTIONS
-}
-
-
-def default_num_workers(device):
-    """
-    DataLoader workers where none are asked for: none on the CPU; with CUDA, one per core this
-    process may use but one (left to training), at most CUDA_NUM_WORKERS: one on Colab's two vCPUs.
-    """
-    if device.type != "cuda":
-        return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(0, min(CUDA_NUM_WORKERS, cores - 1))
-
-
-def resolve_recipe(cfg, metadata):
-    """
-    The run's recipe, its model sizes from the command line, else the metadata of the params
-    read, else the recipe. A size the command line gives that the metadata contradicts is refused.
-    """
-    recipe = cfg.recipe
-    for name, trained in (metadata or {}).items():
-        if name not in recipe.sizes("perceiver"):
-            continue
-        if name in cfg.given and getattr(recipe, name) != trained:
-            raise RunError(
-                f"params file {cfg.reading_params_path} was trained with --{name} {trained} "
-                f"(its {cfg.reading_params_path}.json says so), not {getattr(recipe, name)}: leave --{name} out"
-            )
-        recipe = dataclasses.replace(recipe, **{name: trained})
-    recipe.check_model(cfg.variant)
-    return recipe

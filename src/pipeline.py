@@ -1,6 +1,6 @@
 """
 The library API of a run: pretrain(cfg), finetune(cfg), evaluate(cfg) and recall(cfg) for a
-config.RunConfig, with no argparse inside. run.py is a thin command line over these, and the
+run_config.RunConfig, with no argparse inside. run.py is a thin command line over these, and the
 research scripts call them with their own configurations and on_epoch_end hooks.
 
 Training keeps a resumable checkpoint at <writing_params_path>.ckpt. Under torchrun every
@@ -21,7 +21,7 @@ from torch.utils.data import ConcatDataset
 import adapters
 import checkpoint
 from augment import viewed
-from config import BLOCK_SIZE, CUDA_CHECKPOINT_MINUTES, INPUTS, RunConfig, default_num_workers, resolve_recipe
+from config import BLOCK_SIZE
 from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
 from errors import RunError
 from evaluation import PROBES, Evaluation, details_lines, probed_recall, rank_answers, recalled_pairs
@@ -30,6 +30,7 @@ from inputs import answered_pairs, check_config, held_out_split, load_corpus, lo
 from logs import EpochEnd, EpochHooks, HeldOutLoss, Hook, TensorBoardLog
 from model import GPT, variant_config
 from params import check_vocabulary, load_fitting_params, load_params, read_metadata, save_params_with_metadata
+from run_config import CUDA_CHECKPOINT_MINUTES, INPUTS, RunConfig, default_num_workers, resolve_recipe
 from trainer import Trainer, TrainerConfig
 from utils import set_seed
 
@@ -229,14 +230,14 @@ def stage_data(cfg, corpus, stage, hooks):
     keeps the stage's share of its documents; the mixed pairs come pair_copies times.
     """
     parts, hooks = [], list(hooks)
-    if "corpus" in stage.data and cfg.recipe.held_out_fraction:
+    if stage.reads_corpus and cfg.recipe.held_out_fraction:
         corpus, held_out = held_out_split(corpus, cfg.recipe.held_out_fraction, cfg.pretrain_corpus_path)
         hooks.insert(0, HeldOutLoss(held_out))
-    if "corpus" in stage.data and stage.documents < 1:
+    if stage.reads_corpus and stage.documents < 1:
         kept = random.Random(cfg.seed).sample(corpus.data, max(1, round(stage.documents * len(corpus.data))))
         corpus = corpus.with_documents(kept, corpus.max_shift)
-    if "corpus" in stage.data:
-        parts.append(viewed(corpus, stage.full_names, cfg.recipe.clause_dropout))
+    if stage.reads_corpus:
+        parts.append(viewed(corpus, stage.full_names, cfg.recipe.clause_dropout, stage.plain_text))
     if stage.uses_pairs and cfg.mix_corpus_path:
         parts += [load_pairs(corpus, cfg.mix_corpus_path, "mixed corpus")] * stage.pair_copies
     return (parts[0] if len(parts) == 1 else ConcatDataset(parts)), hooks

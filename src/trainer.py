@@ -20,18 +20,18 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 import checkpoint
 from batching import EpochBatches, forward_passes, leave_stop_signals_to_the_main_process, rank_rows, to_device
-from capture import capture_mode, captured, lr_tensor, rate_in_tensor
+from capture import capture_mode, captured, lr_tensor
 from config import HANDOUT
 from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
 from loss_tally import LossTally
 from objective import Objective
+from optimisation import Precision, course_adamw
 from params import save_params
 from schedule import TokenSchedule
 from utils import eval_mode
@@ -39,7 +39,6 @@ from utils import eval_mode
 logger = logging.getLogger(__name__)
 
 CPU_MICRO_BATCH = 16  # rows per forward pass on the CPU: few enough to share a length, enough for efficient matmuls
-COURSE_NO_DECAY = ("bias", "LayerNorm.weight")  # the course's AdamW rule: names containing these are not decayed
 
 
 class TrainerConfig:
@@ -80,56 +79,6 @@ class TrainerConfig:
         handout = {k: v for k, v in HANDOUT.trainer_settings(pretraining=True).items() if not hasattr(TrainerConfig, k)}
         for name, value in (handout | kwargs).items():
             setattr(self, name, value)
-
-
-def parameter_groups(model, weight_decay, groups="course"):
-    """
-    AdamW's two groups, decayed and not. "course" decays by name, as the course's trainer does;
-    "matmul" decays only the weights of Linear layers, as nanoGPT does.
-    """
-    if groups == "course":
-        decayed = {name for name, _ in model.named_parameters() if not any(nd in name for nd in COURSE_NO_DECAY)}
-    else:
-        decayed = {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, nn.Linear)}
-    decay = [p for name, p in model.named_parameters() if name in decayed]
-    no_decay = [p for name, p in model.named_parameters() if name not in decayed]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def course_adamw(model, config, device):
-    """
-    The course's AdamW, fused where PyTorch has it. For a captured step it is capturable, and
-    its rate is a tensor on the device that the scheduler writes in place.
-    """
-    fused = device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
-    capture = rate_in_tensor(capture_mode(config, device), device, fused)
-    groups = parameter_groups(model, config.weight_decay, config.decay_groups)
-    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused, capturable=capture)
-    if capture:
-        for group in optimizer.param_groups:
-            group["initial_lr"], group["lr"] = group["lr"], lr_tensor(group["lr"], device)
-    return optimizer
-
-
-class Precision:
-    """The step's arithmetic: fp32, TF32 matmuls (CUDA), or bf16 / fp16 autocast (fp16 with a GradScaler)."""
-
-    def __init__(self, precision, device):
-        if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-        self.autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
-        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-
-    def backward(self, loss):
-        self.scaler.scale(loss).backward()
-
-    def step(self, optimizer, parameters, clip):
-        """Unscale, clip the gradients' norm to `clip`, and step (fp16 skips a step with non-finite gradients)."""
-        self.scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(parameters, clip)
-        self.scaler.step(optimizer)
-        self.scaler.update()
 
 
 class TrainingInterrupted(Exception):

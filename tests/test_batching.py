@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from batching import EpochBatches, EpochKeys, forward_passes, rank_rows, real_lengths
-from config import default_num_workers
 from dataset import CharCorruptionDataset
+from run_config import default_num_workers
 from trainer import TrainerConfig
 
 

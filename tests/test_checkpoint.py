@@ -11,12 +11,13 @@ import torch
 import checkpoint
 import params
 import pipeline
-from config import CUDA_CHECKPOINT_MINUTES, HANDOUT, INPUTS, Recipe, RunConfig
+from config import HANDOUT, Recipe
 from conftest import TINY, another_value, checkpoint_steps, one_line_error, pretrain_args
 from dataset import CharCorruptionDataset
 from errors import RunError
 from model import GPT, GPTConfig
 from params import read_metadata, save_params_with_metadata, write_metadata
+from run_config import CUDA_CHECKPOINT_MINUTES, INPUTS, RunConfig
 from trainer import Trainer, TrainerConfig
 
 CFG = RunConfig("pretrain", "vanilla", "wiki.txt", writing_params_path="p.params")

@@ -448,7 +448,15 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         ),
         (
             [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "books"],
-            "its data must be one of corpus, pairs, corpus+pairs, got 'books'",
+            "its data must be one of corpus, pairs, corpus+pairs, text, text+pairs, got 'books'",
+        ),
+        (
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus; text max_shift=3"],
+            "max_shift=3 decay_epochs=200 full_names=False): max_shift pads span corruptions; a text stage has none",
+        ),
+        (
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "text", "--corrupt_by_epoch"],
+            "corrupt_by_epoch draws span corruptions: it cannot go with a text stage",
         ),
         ([*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", ";"], "at least one stage"),
         (

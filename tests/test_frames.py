@@ -21,7 +21,7 @@ import pipeline
 import readout
 import readout_finetune
 import rerank
-from config import HANDOUT, RunConfig
+from config import HANDOUT
 from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, another_value, evaluate_args, finetune_args, one_line_error
 from conftest import run_main as main
 from dataset import MASK_CHAR, PAD_CHAR, biographies, known_characters, name_of
@@ -30,6 +30,7 @@ from errors import RunError
 from evaluation import details_lines
 from inputs import load_corpus
 from model import GPT, GPTConfig
+from run_config import RunConfig
 
 BIOGRAPHIES = [
     "Ada Berg. Born in Oslo, Berg became a painter .",

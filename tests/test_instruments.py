@@ -17,7 +17,7 @@ import next_chars
 import pipeline
 import text_loss
 from batching import forward_passes, rank_rows
-from config import Recipe, RunConfig
+from config import Recipe
 from dataset import MASK_CHAR, NameDataset
 from decoding import greedy_completions
 from errors import RunError
@@ -25,6 +25,7 @@ from inputs import held_out_split, load_corpus
 from model import GPT, variant_config
 from next_chars import next_character_choices
 from objective import Objective, question_lm_targets
+from run_config import RunConfig
 from trainer import Trainer, TrainerConfig
 from world import build_world
 

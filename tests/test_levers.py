@@ -8,14 +8,15 @@ import torch
 
 import adapters
 import pipeline
-from augment import ClauseViews, clause_view, full_named
-from config import Recipe, RunConfig, Stage, parse_stages
+from augment import ClauseViews, PlainText, clause_view, full_named, viewed
+from config import Recipe, Stage, parse_stages
 from conftest import SMALL, finetune_args, pretrain_args, run_main
 from dataset import MASK_CHAR, CharCorruptionDataset
 from errors import RunError
 from inputs import load_corpus
 from model import GPT, GPTConfig
 from params import read_metadata
+from run_config import RunConfig
 
 
 def test_full_names_replace_a_lone_surname_and_a_sentence_starting_pronoun():
@@ -66,6 +67,42 @@ def test_clause_views_are_span_corruptions_of_views():
         assert x.shape == y.shape == (127,) and torch.equal(x[1:], y[:-1])
         text = "".join(corpus.itos[int(i)] for i in x)
         assert text.count(MASK_CHAR) == 2
+
+
+def test_a_text_stage_reads_whole_documents_next_character_by_character():
+    long = "Ada Berg. " + "Ada Berg painted in Oslo, then in Lima. " * 6  # longer than the block
+    corpus = CharCorruptionDataset(f"Bo Li. Li sang in Lima .\n{long}\n", 128)
+    text = PlainText(corpus)
+
+    def decoded(ids):
+        return "".join(corpus.itos[int(i)] for i in ids if i)  # the pads, id 0, left out
+
+    x, y = text[0]
+    assert x.shape == y.shape == (127,) and torch.equal(x[1:], y[:-1])
+    assert decoded(x) == corpus.data[0] and decoded(y) == corpus.data[0][1:]  # every next character a target
+    random.seed(0)
+    windows = set()
+    for _ in range(50):
+        x, y = text[1]
+        window = decoded(x) + decoded(y)[-1:]
+        assert len(window) == 128 and window in long
+        windows.add(window)
+    assert len(windows) > 10  # a window drawn afresh each time, not always the document's start
+    random.seed(0)
+    clauses = viewed(corpus, False, 0.5, plain_text=True)  # clause views of plain text: no masks, the name kept
+    for _ in range(20):
+        x, y = clauses[0]
+        assert decoded(x).startswith("Bo Li. ") and MASK_CHAR not in decoded(x)
+
+
+def test_a_text_stage_mixes_with_the_pairs_and_pretrains(tiny_world, tmp_path):
+    cfg = RunConfig("pretrain", "vanilla", tiny_world["wiki.txt"], mix_corpus_path=tiny_world["train.tsv"])
+    corpus = load_corpus(tiny_world["wiki.txt"])
+    text, mixed = (pipeline.stage_data(cfg, corpus, Stage(data), [])[0] for data in ("text", "text+pairs"))
+    assert isinstance(text, PlainText) and len(text) == len(corpus) and len(mixed) == len(corpus) + 60
+    params = tmp_path / "text.params"
+    args = [*pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_stages", "text; corpus epochs=1"]
+    assert run_main(*args, "--pretrain_epochs", "1", *SMALL) == 0 and params.exists()
 
 
 def test_pair_copies_set_the_pairs_share_of_a_stage(tiny_world):

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 
 import checkpoint
 import pipeline
-from config import HANDOUT, RunConfig, parse_stages
+from config import HANDOUT, parse_stages
 from conftest import (
     RUN_PY,
     RUNS_DIR,
@@ -35,6 +35,7 @@ from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
 from model import GPT, GPTConfig
 from params import read_metadata
+from run_config import RunConfig
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 
 # --- checkpoints and resume ------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ from config import HANDOUT
 from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
 from model import GPT, GPTConfig, variant_config
+from optimisation import parameter_groups
 from schedule import lr_multiplier
-from trainer import Trainer, TrainerConfig, parameter_groups
+from trainer import Trainer, TrainerConfig
 from utils import set_seed
 from world import build_world
 
@@ -290,7 +291,8 @@ def test_a_new_recipe_field_reaches_the_trainer_and_the_checkpoint(tiny_world, t
     real run under its own name, and in its checkpoint's identity.
     """
     import pipeline
-    from config import RunConfig, setting
+    from config import setting
+    from run_config import RunConfig
 
     field = setting(7, trainer="training")
     extended = dataclasses.make_dataclass(

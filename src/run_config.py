@@ -1,0 +1,83 @@
+"""
+What one pretrain, finetune or evaluate run is given (RunConfig): its inputs and outputs, the
+recipe, and the run's controls; and how the recipe it reads is resolved against a params file.
+"""
+
+import dataclasses
+import os
+from typing import Optional
+
+from config import HANDOUT, Recipe
+from errors import RunError
+from setting_fields import path
+
+CUDA_CHECKPOINT_MINUTES = 2  # on CUDA a checkpoint every 2 minutes, not after every (sub-second) epoch
+CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA at most (none on the CPU), one core left to training
+
+FUNCTIONS = ("pretrain", "finetune", "evaluate")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """One pretrain, finetune or evaluate run: its inputs and outputs, the recipe, and the run's controls."""
+
+    function: str  # "pretrain", "finetune" or "evaluate"
+    variant: str  # "vanilla", "perceiver", "synthesizer" or "rope"
+    pretrain_corpus_path: str = dataclasses.field(metadata=dict(role="input"))  # its characters are the vocabulary
+    reading_params_path: Optional[str] = path("input", needed_by=("evaluate",))
+    writing_params_path: Optional[str] = path("output", needed_by=("pretrain", "finetune"))
+    finetune_corpus_path: Optional[str] = path("input", needed_by=("finetune",))
+    eval_corpus_path: Optional[str] = path("input", needed_by=("evaluate",))
+    outputs_path: Optional[str] = path("output", needed_by=("evaluate",))
+    details_path: Optional[str] = path("output")  # evaluate: a line of JSON per answer with its confidence
+    mix_corpus_path: Optional[str] = path("input")  # pretrain: question<TAB>place pairs, the stages' "pairs"
+    recipe: Recipe = HANDOUT
+    recipe_name: str = "handout"
+    given: frozenset = frozenset()  # the recipe fields the command line set: they win over the params' metadata
+    seed: int = 0
+    device: str = "auto"
+    num_workers: Optional[int] = None  # DataLoader workers (None: default_num_workers)
+    resume: bool = False
+    checkpoint_minutes: Optional[float] = None  # None: after every epoch; on CUDA every CUDA_CHECKPOINT_MINUTES
+    keep_checkpoint: bool = False
+    tb_expt_name: str = "run"
+    tensorboard_root: str = "expt"  # relative to the working directory
+    command: str = ""  # the command line, recorded in the params' metadata
+
+
+INPUTS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("role") == "input")
+OUTPUTS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("role") == "output")
+REQUIRED = {
+    function: tuple(f.name for f in dataclasses.fields(RunConfig) if function in f.metadata.get("needed_by", ()))
+    for function in FUNCTIONS
+}
+
+
+def default_num_workers(device):
+    """
+    DataLoader workers where none are asked for: none on the CPU; with CUDA, one per core this
+    process may use but one (left to training), at most CUDA_NUM_WORKERS: one on Colab's two vCPUs.
+    """
+    if device.type != "cuda":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(0, min(CUDA_NUM_WORKERS, cores - 1))
+
+
+def resolve_recipe(cfg, metadata):
+    """
+    The run's recipe, its model sizes from the command line, else the metadata of the params
+    read, else the recipe. A size the command line gives that the metadata contradicts is refused.
+    """
+    recipe = cfg.recipe
+    for name, trained in (metadata or {}).items():
+        if name not in recipe.sizes("perceiver"):
+            continue
+        if name in cfg.given and getattr(recipe, name) != trained:
+            raise RunError(
+                f"params file {cfg.reading_params_path} was trained with --{name} {trained} "
+                f"(its {cfg.reading_params_path}.json says so), not {getattr(recipe, name)}: leave --{name} out"
+            )
+        recipe = dataclasses.replace(recipe, **{name: trained})
+    recipe.check_model(cfg.variant)
+    return recipe
