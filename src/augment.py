@@ -56,7 +56,7 @@ class PlainText(Dataset):
     """
     The corpus's documents for plain next-character prediction, x without its last character and y without
     its first, padded. The course's span corruption sees at most a document's first 7/8 block, most often far
-    less; this sees a whole document, or a random window of the block where it is longer.
+    less; this sees a whole document, or where it is longer than the block, its name and a window of the rest.
     """
 
     def __init__(self, corpus):
@@ -69,12 +69,19 @@ class PlainText(Dataset):
         return self.example(self.corpus.data[idx])
 
     def example(self, document):
-        """One example of `document`: a window of block_size characters from a start drawn with Python's random."""
+        """
+        One example of `document`, at most block_size characters. A longer one keeps its "NAME. " and a window
+        of the biography after it, from a start drawn with Python's random, so that the name is always there.
+        """
         size = self.corpus.block_size
-        start = random.randint(0, max(0, len(document) - size))
+        title, body = split_title(document)
+        head = f"{title}. "
+        if len(document) > size and body and len(head) <= size // 2:
+            start = random.randint(0, len(body) - (size - len(head)))
+            document = head + body[start : start + size - len(head)]
         ids = torch.zeros(size, dtype=torch.long)  # id 0 is the pad, which the loss ignores
-        window = encoded(document[start : start + size], self.corpus.stoi)
-        ids[: len(window)] = torch.tensor(window, dtype=torch.long)
+        text = encoded(document[:size], self.corpus.stoi)
+        ids[: len(text)] = torch.tensor(text, dtype=torch.long)
         return ids[:-1], ids[1:]
 
 
@@ -96,10 +103,13 @@ class ClauseViews(Dataset):
 
 
 def viewed(corpus, full_names, clause_dropout, plain_text=False):
-    """The pretraining corpus as these views of it (itself, span-corrupted, when they ask for none)."""
+    """
+    The pretraining corpus as these views of it, as plain text (PlainText) or span-corrupted as the course's
+    (itself, when they ask for nothing else).
+    """
     if full_names:
         corpus = corpus.with_documents([full_named(document) for document in corpus.data], corpus.max_shift)
     text = PlainText(corpus) if plain_text else None
     if clause_dropout:
-        return ClauseViews(corpus, clause_dropout, text and text.example)
-    return text or corpus
+        return ClauseViews(corpus, clause_dropout, text.example if text is not None else None)
+    return text if text is not None else corpus

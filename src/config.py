@@ -29,7 +29,7 @@ class Stage:
     (run.py --pretrain_stages) a stage reads `corpus+pairs epochs=20 lr=0.0003`.
     """
 
-    data: str = "corpus+pairs"  # corpus (span corruption), text (whole documents), pairs, or one of the two +pairs
+    data: str = "corpus+pairs"  # corpus (span corruption), text (plain text), pairs, or one of the two +pairs
     epochs: Optional[int] = None  # how many epochs
     lr: Optional[float] = None  # the peak learning rate
     max_shift: Optional[int] = dataclasses.field(default=None, metadata={"at_least_zero": True})  # 0..max_shift pads
@@ -72,7 +72,7 @@ class Stage:
         return cls(data, **values)
 
     def check(self, where):
-        """RunError, starting with `where`, for a stage of unknown data or a number out of its range."""
+        """RunError, starting with `where`, for unknown data, a shifted text stage or a number out of its range."""
         if self.data not in STAGE_DATA:
             raise RunError(f"{where}: its data must be one of {', '.join(STAGE_DATA)}, got {self.data!r}")
         if self.plain_text and self.max_shift:
@@ -104,7 +104,7 @@ class Recipe:
     pretrain_batch_size: int = setting(128)  # examples per pretraining step
     pretrain_lr: float = setting(6e-3, stage="lr")  # a stage's peak learning rate, where it gives none
     max_shift: int = setting(0, at_least_zero=True, stage="max_shift")  # examples start after 0..max_shift pads
-    pretrain_stages: tuple = setting((Stage(),))  # pretraining, stage by stage (Stage; text: stages separated by ';')
+    pretrain_stages: tuple = setting((Stage(),))  # pretraining, stage by stage (Stage; as text, split at ';')
     full_names: bool = setting(False, stage="full_names")  # the biographies name their person in full (augment.py)
     clause_dropout: float = setting(0.0, at_least_zero=True, below=1)  # each example leaves each clause out this often
     held_out_fraction: float = setting(0.0, at_least_zero=True, below=1)  # a share of documents held out of pretraining

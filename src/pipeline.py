@@ -202,7 +202,7 @@ def write_params(cfg, setup):
 
 def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     """
-    Span-corruption pretraining, stage after stage of the recipe's pretrain_stages, going on
+    Pretraining (span corruption, plain text or pairs), stage after stage of the recipe's pretrain_stages, going on
     from reading_params_path if given. Each stage trains a fresh optimizer on the params the
     stage before left; on_epoch_end hooks run on rank 0 after every epoch.
     """

@@ -113,7 +113,7 @@ class Trainer:
         self.epoch_losses = []  # mean training loss of every finished epoch
         self.tally = LossTally(self.device, self.world_size, c.learning_rate, self.schedule)
         self.data_seed = c.data_seed if c.data_seed is not None else int(torch.randint(2**62, ()))
-        self.epoch_random_state = random.getstate()  # the span corruption's draws replay from it
+        self.epoch_random_state = random.getstate()  # the examples' draws (span corruptions, windows) replay from it
         self.last_save = time.monotonic()
         if c.resume_from is not None:
             self.load_state_dict(checkpoint.verified(c.resume_from, c.checkpoint_path, c.run_identity))
@@ -266,7 +266,7 @@ class Trainer:
             "epoch_losses": list(self.epoch_losses),
             "epoch_loss_so_far": float(self.tally.epoch),
             "data_seed": self.data_seed,
-            "python_random": self.epoch_random_state,  # the span corruption's draws replay from it
+            "python_random": self.epoch_random_state,  # the examples' draws replay from it
             "torch_random": torch.get_rng_state(),
             "cuda_random": torch.cuda.get_rng_state(self.device) if cuda else None,  # its GPU's only
         }

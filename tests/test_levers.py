@@ -71,7 +71,8 @@ def test_clause_views_are_span_corruptions_of_views():
 
 def test_a_text_stage_reads_whole_documents_next_character_by_character():
     long = "Ada Berg. " + "Ada Berg painted in Oslo, then in Lima. " * 6  # longer than the block
-    corpus = CharCorruptionDataset(f"Bo Li. Li sang in Lima .\n{long}\n", 128)
+    short = "Bo Li. Born in Oslo, Bo Li sang in Lima, then in Paris ."
+    corpus = CharCorruptionDataset(f"{short}\n{long}\n", 128)
     text = PlainText(corpus)
 
     def decoded(ids):
@@ -79,20 +80,21 @@ def test_a_text_stage_reads_whole_documents_next_character_by_character():
 
     x, y = text[0]
     assert x.shape == y.shape == (127,) and torch.equal(x[1:], y[:-1])
-    assert decoded(x) == corpus.data[0] and decoded(y) == corpus.data[0][1:]  # every next character a target
+    assert decoded(x) == short and decoded(y) == short[1:]  # every next character a target
     random.seed(0)
     windows = set()
     for _ in range(50):
         x, y = text[1]
         window = decoded(x) + decoded(y)[-1:]
-        assert len(window) == 128 and window in long
+        assert len(window) == 128 and window.startswith("Ada Berg. ")  # the name, then a window of the rest
+        assert window.removeprefix("Ada Berg. ") in long.removeprefix("Ada Berg. ")
         windows.add(window)
-    assert len(windows) > 10  # a window drawn afresh each time, not always the document's start
+    assert len(windows) > 10  # drawn afresh each time, not always the document's start
     random.seed(0)
-    clauses = viewed(corpus, False, 0.5, plain_text=True)  # clause views of plain text: no masks, the name kept
-    for _ in range(20):
-        x, y = clauses[0]
-        assert decoded(x).startswith("Bo Li. ") and MASK_CHAR not in decoded(x)
+    clauses = viewed(corpus, False, 0.5, plain_text=True)
+    views = [decoded(clauses[0][0]) for _ in range(20)]
+    assert all(view.startswith("Bo Li. ") and MASK_CHAR not in view for view in views)  # clause views, not corrupted
+    assert any(len(view) < len(short) for view in views)
 
 
 def test_a_text_stage_mixes_with_the_pairs_and_pretrains(tiny_world, tmp_path):
