@@ -233,23 +233,25 @@ RECIPES = {
         readout_biography=2,  # the places its own biography names, among the candidates (docs/readout.md)
     ),
     # The demo world's (run.sh demo, with the rope variant; docs/demo.md says why each setting):
-    # pretrained on the biographies alone and read out in their words. Its finetuning settings
-    # serve the control without pretraining.
+    # pretrained on the biographies alone, as plain text, and read out in their words. Its
+    # finetuning settings serve the control without pretraining.
     "demo": dataclasses.replace(
         HANDOUT,
         n_head=4,
         n_embd=128,
         dropout=0.0,
-        pretrain_epochs=90,
+        pretrain_epochs=47,
         pretrain_batch_size=8,
         pretrain_lr=3e-3,
-        pretrain_stages=(Stage("corpus"),),
-        decay_epochs=90,
+        # whole biographies: span corruption shows at most their first 112 characters, and stored less
+        pretrain_stages=(Stage("text"),),
+        decay_epochs=47,
         group_by_length=True,
         finetune_batch_size=32,
         finetune_lr=3e-5,
         finetune_lr_from_scratch=1e-3,
         readout="frames",
+        readout_frames=8,
     ),
 }
 DEMO_VARIANT = "rope"
