@@ -7,10 +7,9 @@ which is all a question gives. Each corpus line is "NAME. biography".
 import random
 import re
 
-import torch
 from torch.utils.data import Dataset
 
-from dataset import encoded
+from dataset import encoded, padded_ids
 
 CLAUSE_END = re.compile(r"(?<=[,.;]) ")
 
@@ -79,9 +78,7 @@ class PlainText(Dataset):
         if len(document) > size and body and len(head) <= size // 2:
             start = random.randint(0, len(body) - (size - len(head)))
             document = head + body[start : start + size - len(head)]
-        ids = torch.zeros(size, dtype=torch.long)  # id 0 is the pad, which the loss ignores
-        text = encoded(document[:size], self.corpus.stoi)
-        ids[: len(text)] = torch.tensor(text, dtype=torch.long)
+        ids = padded_ids([encoded(document[:size], self.corpus.stoi)], size)[0]  # the pad, id 0, ignored by the loss
         return ids[:-1], ids[1:]
 
 
@@ -109,7 +106,7 @@ def viewed(corpus, full_names, clause_dropout, plain_text=False):
     """
     if full_names:
         corpus = corpus.with_documents([full_named(document) for document in corpus.data], corpus.max_shift)
-    text = PlainText(corpus) if plain_text else None
-    if clause_dropout:
-        return ClauseViews(corpus, clause_dropout, text.example if text is not None else None)
-    return text if text is not None else corpus
+    if plain_text:
+        text = PlainText(corpus)
+        return ClauseViews(corpus, clause_dropout, text.example) if clause_dropout else text
+    return ClauseViews(corpus, clause_dropout) if clause_dropout else corpus
