@@ -75,12 +75,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from arguments import OneLineParser, add_recipe_flags, given_recipe
 from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM
-from dataset import CharCorruptionDataset, NameDataset, known_characters, read_questions
+from dataset import CharCorruptionDataset, NameDataset, known_characters
 from decoding import predict_places
 from distributed import DEVICES, pick_device
 from files import DATA_DIR
 from model import GPT, VARIANTS, variant_config
 from pipeline import trainer_config
+from questions import read_questions
 from run_config import RunConfig
 from trainer import CPU_MICRO_BATCH, Trainer
 from utils import set_seed

@@ -38,8 +38,8 @@ from errors import RunError
 from files import atomic_write
 from inputs import answered_pairs
 from model import VARIANTS
+from questions import score_line
 from run_config import RunConfig
-from utils import score_line
 
 QUINTILES = 5
 RELIABILITY_BINS = 10

@@ -24,11 +24,11 @@ import frames
 import pipeline
 from arguments import add_recipe_flags, exit_status, given_recipe, params_parser, reading_config
 from config import RECIPES
-from dataset import question_place_pairs
 from distributed import exit_process
 from errors import RunError
 from inputs import load_corpus, read_pairs
 from params import save_params_with_metadata
+from questions import question_place_pairs
 from readout import print_split
 
 

@@ -13,6 +13,8 @@ import sys
 import torch
 from torch.utils.data import Dataset
 
+from questions import numbered_lines, question_place_pairs
+
 PAD_CHAR = "\u25a1"
 MASK_CHAR = "\u2047"
 
@@ -42,14 +44,6 @@ def padded_ids(rows, length=None):
 QUESTION = re.compile(r"Where was (.+) born\?")  # the handout's question
 
 
-def numbered_lines(text):
-    """The non-empty lines of a text with their line numbers, a trailing carriage return removed."""
-    for lineno, line in enumerate(text.split("\n"), 1):
-        line = line[:-1] if line.endswith("\r") else line
-        if line:
-            yield lineno, line
-
-
 def name_of(question):
     """The name in "Where was NAME born?"; ValueError for any other question."""
     match = QUESTION.fullmatch(question.strip())
@@ -75,38 +69,6 @@ def biographies(documents, names):
 def corpus_lines(text):
     """The non-empty lines of a text: the documents of a corpus."""
     return [line for _, line in numbered_lines(text)]
-
-
-def read_questions(text, answered=None):
-    """
-    The line number, question and place of every line of a question file, all "question<TAB>place" or all
-    questions alone (places None); answered=True asks for places. ValueError names the first bad line.
-    """
-    rows, places_required = [], answered
-    for lineno, line in numbered_lines(text):
-        fields = line.split("\t")
-        if len(fields) > 2 or (places_required and len(fields) != 2):
-            raise ValueError(f"line {lineno}: expected 'question<TAB>place', got {len(fields)} field(s)")
-        if answered is not None and answered != (len(fields) == 2):
-            raise ValueError(f"line {lineno}: expected 'question' on every line or 'question<TAB>place' on every line")
-        answered = len(fields) == 2
-        rows.append((lineno, fields[0], fields[1] if answered else None))
-    return rows
-
-
-def read_question_file(path):
-    """read_questions of the file at `path`; its ValueError names the file."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    try:
-        return read_questions(text)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
-
-
-def question_place_pairs(text):
-    """read_questions of `text`, whose every line must have its place."""
-    return read_questions(text, answered=True)
 
 
 def longest_shift(block_size):

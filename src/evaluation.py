@@ -11,12 +11,13 @@ import math
 
 import fitting
 import frames
-from dataset import MASK_CHAR, question_place_pairs
+from dataset import MASK_CHAR
 from decoding import predict_answers, recalled_places
 from distributed import rank_and_world_size
 from errors import RunError
 from files import resolve_data_path
 from inputs import encodable_questions, read_pairs
+from questions import question_place_pairs
 
 logger = logging.getLogger(__name__)
 

@@ -11,11 +11,12 @@ import tempfile
 import torch
 
 from config import BLOCK_SIZE, HELD_OUT_SEED
-from dataset import CharCorruptionDataset, NameDataset, known_characters, question_place_pairs, read_questions
+from dataset import CharCorruptionDataset, NameDataset, known_characters
 from distributed import launch_rank
 from errors import RunError
 from files import resolve_data_path
 from model import VARIANTS
+from questions import question_place_pairs, read_questions
 from run_config import INPUTS, OUTPUTS, REQUIRED
 
 logger = logging.getLogger(__name__)

@@ -9,9 +9,8 @@ import argparse
 import collections
 import sys
 
-from dataset import read_question_file
 from files import resolve_data_path
-from utils import score_line
+from questions import read_question_file, score_line
 
 
 def most_frequent_place(path):

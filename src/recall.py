@@ -9,7 +9,7 @@ biography in the corpus from just before the birthplace, and a completion that s
 import pipeline
 from arguments import exit_status, params_parser, reading_config
 from distributed import exit_process
-from utils import score_line
+from questions import score_line
 
 
 def main(argv=None):

@@ -15,7 +15,7 @@ import sys
 import pipeline
 from arguments import build_parser, exit_status, parse
 from distributed import exit_process, launch_rank
-from utils import score_line
+from questions import score_line
 
 
 def run(cfg):

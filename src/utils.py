@@ -6,7 +6,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from dataset import read_question_file
+from questions import read_question_file
 
 
 def set_seed(seed):
@@ -64,6 +64,4 @@ def evaluate_places(filepath, predicted_places):
     return len(rows), correct
 
 
-def score_line(total, correct, counted="Correct"):
-    """The course's score line, the percentage rounded to two decimals (3.6%, not 3.5999999999999996%)."""
-    return f"{counted}: {correct} out of {total}: {round(correct / max(1, total) * 100, 2)}%"
+# END

@@ -47,3 +47,13 @@ def test_most_frequent_place_baseline(tmp_path, capsys):
     assert baseline(capsys, dev)[1].strip() == "Correct: 0 out of 3: 0.0%"
     code, _, err = baseline(capsys, tmp_path / "none.tsv")
     assert code == 2 and "none.tsv" in err and "Traceback" not in err
+
+
+def test_london_baseline_starts_without_torch(tmp_path):
+    """run.sh and the demo run it once each: without torch's import it answers in a fraction of a second."""
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("Where was D born?\tLondon\nWhere was E born?\tParis\n", encoding="utf-8")
+    check = f"import sys; sys.argv = ['london_baseline.py', {str(dev)!r}]; sys.path.insert(0, {str(ROOT / 'src')!r})\n"
+    check += "import london_baseline\nlondon_baseline.main()\nprint('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.splitlines() == ["Correct: 1 out of 2: 50.0%", "False"], done.stderr

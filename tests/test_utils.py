@@ -13,8 +13,9 @@ from dataset import MASK_CHAR, CharCorruptionDataset
 from decoding import recalled_places
 from evaluation import PROBES, probed_recall, recalled_pairs
 from model import GPT, GPTConfig
+from questions import score_line
 from trainer import Trainer, TrainerConfig
-from utils import evaluate_places, sample, score_line, set_seed
+from utils import evaluate_places, sample, set_seed
 
 
 def tiny_model(synthesizer=False):
