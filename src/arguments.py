@@ -81,7 +81,9 @@ def recipe_type(field):
 
 def add_recipe_flags(parser):
     """A flag for every Recipe field; a flag left out leaves the field out of the namespace."""
-    group = parser.add_argument_group("recipe settings (default: --recipe's; --help's end lists handout / cpu / demo)")
+    group = parser.add_argument_group(
+        f"recipe settings (default: --recipe's; --help's end lists {' / '.join(RECIPES)})"
+    )
     comments = field_comments(Recipe)
     for field in dataclasses.fields(Recipe):
         kwargs = dict(default=argparse.SUPPRESS, help=comments.get(field.name))

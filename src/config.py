@@ -209,28 +209,37 @@ class Recipe:
 
 
 HANDOUT = Recipe()
+# Two hours on 2 CPU cores (docs/cpu-recipe.md): a narrower model in small grouped batches, then
+# 20 epochs of shifted examples at a tenth of the rate, read out in the corpus's own words
+# (docs/readout.md). --readout question finetunes on the question instead (docs/extraction.md).
+CPU = dataclasses.replace(
+    HANDOUT,
+    n_head=4,
+    n_embd=128,
+    dropout=0.0,
+    pretrain_epochs=650,
+    pretrain_batch_size=32,
+    pretrain_lr=3e-3,
+    pretrain_stages=(Stage(), Stage(epochs=20, lr=3e-4, max_shift=13, decay_epochs=20)),
+    finetune_lr=2e-4,
+    finetune_lm_weight=0.5,
+    warmup_tokens=127 * 2937,  # one epoch of wiki.txt
+    decay_epochs=650,
+    group_by_length=True,
+    readout="frames",
+    readout_frames=8,  # under the learned choice, more writers answer more (docs/readout.md)
+    readout_biography=2,  # the places its own biography names, among the candidates (docs/readout.md)
+)
 RECIPES = {
     "handout": HANDOUT,
-    # Two hours on 2 CPU cores (docs/cpu-recipe.md): a narrower model in small grouped batches, then
-    # 20 epochs of shifted examples at a tenth of the rate, read out in the corpus's own words
-    # (docs/readout.md). --readout question finetunes on the question instead (docs/extraction.md).
-    "cpu": dataclasses.replace(
-        HANDOUT,
-        n_head=4,
-        n_embd=128,
-        dropout=0.0,
-        pretrain_epochs=650,
-        pretrain_batch_size=32,
-        pretrain_lr=3e-3,
-        pretrain_stages=(Stage(), Stage(epochs=20, lr=3e-4, max_shift=13, decay_epochs=20)),
-        finetune_lr=2e-4,
-        finetune_lm_weight=0.5,
-        warmup_tokens=127 * 2937,  # one epoch of wiki.txt
-        decay_epochs=650,
-        group_by_length=True,
-        readout="frames",
-        readout_frames=8,  # under the learned choice, more writers answer more (docs/readout.md)
-        readout_biography=2,  # the places its own biography names, among the candidates (docs/readout.md)
+    "cpu": CPU,
+    # An hour on 2 CPU cores: the cpu recipe's model and readout, pretrained as plain text, whose steps
+    # are slower than span corruption's and read out more in the same time (docs/readout.md)
+    "hour": dataclasses.replace(
+        CPU,
+        pretrain_epochs=170,
+        pretrain_stages=(Stage("text"), Stage("text", epochs=20, lr=3e-4, decay_epochs=20)),
+        decay_epochs=170,
     ),
     # The demo world's (run.sh demo, with the rope variant; docs/demo.md says why each setting):
     # pretrained on the biographies alone, as plain text, and read out in their words. Its

@@ -148,6 +148,12 @@ def test_recipes_fill_in_the_settings_and_flags_win():
     assert recipe("pretrain", "vanilla", "w.txt", "--warmup_tokens", "7", "--decay_groups", "matmul") == (
         dataclasses.replace(HANDOUT, warmup_tokens=7, decay_groups="matmul")
     )
+    # the hour's recipe is the cpu recipe with the flags its runs were measured with (docs/readout.md)
+    measured = ["--pretrain_epochs", "170", "--decay_epochs", "170"]
+    measured += ["--pretrain_stages", "text;text epochs=20 lr=0.0003 decay_epochs=20"]
+    assert recipe("pretrain", "vanilla", "w.txt", "--recipe", "hour") == recipe(
+        "pretrain", "vanilla", "w.txt", "--recipe", "cpu", *measured
+    )
 
 
 def test_a_recipe_sets_the_model_size_length_grouping_and_optimisation_and_flags_win(tiny_world, tmp_path, monkeypatch):
