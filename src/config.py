@@ -233,8 +233,8 @@ CPU = dataclasses.replace(
 RECIPES = {
     "handout": HANDOUT,
     "cpu": CPU,
-    # An hour on 2 CPU cores: the cpu recipe's model and readout, pretrained as plain text, whose steps
-    # are slower than span corruption's and read out more in the same time (docs/readout.md)
+    # An hour on 2 CPU cores: the cpu recipe's model and readout, pretrained as plain text; fewer of
+    # its epochs fit the hour than span corruption's 300, and they read out more (docs/readout.md)
     "hour": dataclasses.replace(
         CPU,
         pretrain_epochs=170,

@@ -62,6 +62,3 @@ def evaluate_places(filepath, predicted_places):
         raise ValueError(f"{filepath} has {len(rows)} questions but {len(predicted_places)} predictions were given")
     correct = sum(place == predicted for (_, _, place), predicted in zip(rows, predicted_places))
     return len(rows), correct
-
-
-# END

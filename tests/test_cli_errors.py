@@ -524,9 +524,8 @@ def test_every_recipe_field_is_a_flag_and_a_yes_no_one_has_its_no(capsys, monkey
     out, err = capsys.readouterr()
     assert exit_info.value.code == 0 and not err
     options = {option: action for action in arguments.build_parser()._actions for option in action.option_strings}
-    recipes_listed = out.split("recipe settings, handout / cpu / hour / demo:")[
-        1
-    ]  # --help's end: every recipe's values
+    listing = "recipe settings, handout / cpu / hour / demo:"  # --help's end: every recipe's values
+    recipes_listed = out.split(listing)[1]
     assert parsed().given == frozenset() and parsed().recipe == HANDOUT
     for field in dataclasses.fields(Recipe):
         flag = f"--{field.name}"
