@@ -15,13 +15,9 @@ if (( $# > 1 )); then
 fi
 edition=${1:-all}
 
-# A run whose pretrained models were read out in frames, not finetuned (the cpu recipe's; results.md
-# says so under its table), has no finetune.params: its predictions come from the pretrain.params.
-finetuned=finetune.params
-if [[ -f results.md ]] && grep -q -- "(--readout frames)" results.md; then
-  finetuned=
-fi
-variant_files() { echo "$1.pretrain.params ${finetuned:+$1.$finetuned} $1.pretrain.dev.predictions $1.pretrain.test.predictions"; }
+# The course's files: each variant's pretrained and finetuned params and the finetuned params'
+# predictions (run.sh's table writes the zero-shot readout's as <variant>.frames.*, which stay out).
+variant_files() { echo "$1.pretrain.params $1.finetune.params $1.pretrain.dev.predictions $1.pretrain.test.predictions"; }
 common=(vanilla.model.params vanilla.nopretrain.dev.predictions vanilla.nopretrain.test.predictions $(variant_files vanilla))
 
 case $edition in

@@ -208,7 +208,8 @@ def exit_status(prog, call):
     said = logging.StreamHandler(sys.stderr)  # the library's warnings, one plain line each
     said.setFormatter(logging.Formatter("%(message)s"))
     logging.getLogger().addHandler(said)
-    for name in ("logs", "pipeline"):  # the held-out loss of every epoch, the people finetuned on, when asked for
+    # the held-out loss of every epoch, the people finetuned on, the steps of the assignment's table
+    for name in ("logs", "pipeline", "steps"):
         logging.getLogger(name).setLevel(logging.INFO)
     try:
         with logging_redirect_tqdm():  # a line said during training goes above the progress bar, not into it

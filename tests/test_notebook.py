@@ -110,12 +110,14 @@ def test_assignment_notebook_runs_the_whole_assignment_on_the_demo_switch(tmp_pa
     )
     client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
 
-    table = (work / "results.md").read_text(encoding="utf-8")
-    rows = [row.split("|")[1].strip() for row in table.splitlines()[3:] if row.startswith("|")]
-    assert "(--readout frames)" in table  # the cpu recipe's: the pretrained models read out in frames
+    table = json.loads((work / "results.json").read_text(encoding="utf-8"))
     pretrained = [f"{variant} with pretraining" for variant in ("vanilla", "perceiver", "synthesizer", "rope")]
-    assert rows == ["London baseline", "vanilla without pretraining", *pretrained]
-    assert "failed" not in table
+    assert [row["name"] for row in table["rows"]] == ["London baseline", "vanilla without pretraining", *pretrained]
+    assert not any(row.get("failed") for row in table["rows"])
+    assert all(set(row["readouts"]) == {"question", "frames"} for row in table["rows"][2:])  # both readouts
+    training = next(cell for cell in nb.cells if "training" in cell.metadata.get("tags", []))
+    shown = stdout_of(training)
+    assert "\r" in shown and "== finished: rope with pretraining" in shown  # bars redrawn in place, not a line each
     results = next(cell for cell in nb.cells if "results" in cell.metadata.get("tags", []))
     shown = [out for out in results.outputs if out.get("output_type") == "display_data"]
     assert sum("image/png" in out["data"] for out in shown) == 2  # the pretraining loss, the accuracies
