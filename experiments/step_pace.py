@@ -13,8 +13,8 @@ row: the first epoch's seconds (what compiling and capturing cost), the fastest 
 steps/s, the main thread's CPU time a step over those epochs (the host's share of a step), on
 CUDA the GPU's kernel time a step (one more epoch under torch.profiler), the handout's 650
 epochs projected (the first epoch, then 649 at the fastest pace) and the run.py flags that give
-the setting, for a script to take up (experiments/gpu_check.sh runs the fastest). The rows come
-as they are measured, the compiled step's (whose compiling takes longest) last.
+the setting, for a script to take up (experiments/gpu_check.py's handout part, as --handout_flags).
+The rows come as they are measured, the compiled step's (whose compiling takes longest) last.
 """
 
 import argparse
