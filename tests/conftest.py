@@ -175,6 +175,17 @@ def a5_dir():
     pytest.skip("assignment data not found in ../shared/data/a5 or data/")
 
 
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory):
+    """run.sh's smoke table run whole in a new folder, one row at a time: the folder, and what run.sh said."""
+    from tables import assignment_copy, run_table
+
+    folder = assignment_copy(tmp_path_factory.mktemp("table") / "sequential")
+    done = run_table(folder, "--jobs", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder, done
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
     """A small corpus of biographies and birthplace TSVs over the same people (paths in a dict)."""

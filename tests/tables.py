@@ -85,11 +85,3 @@ def mtimes(folder, *names):
 
 LEFT_BEHIND = ("*.ckpt", "*.lock", "*.tmp", "*.part")
 TRAININGS = ["vanilla.model.params", "vanilla.pretrain.params", "vanilla.finetune.params"]
-
-
-def sequential_table(folder):
-    """The smoke table run whole in a new folder, one row at a time: what run.sh said."""
-    assignment_copy(folder)
-    done = run_table(folder, "--jobs", "1")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done

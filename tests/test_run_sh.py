@@ -22,15 +22,7 @@ from tables import (
     mtimes,
     record,
     run_table,
-    sequential_table,
 )
-
-
-@pytest.fixture(scope="module")
-def sequential(tmp_path_factory):
-    """The smoke table run whole, one row at a time: the folder, and what run.sh said."""
-    folder = tmp_path_factory.mktemp("table") / "sequential"
-    return folder, sequential_table(folder)
 
 
 @pytest.mark.slow

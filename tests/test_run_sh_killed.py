@@ -16,18 +16,10 @@ from tables import (
     mtimes,
     record,
     run_table,
-    sequential_table,
     table_cells,
     table_command,
     wait_for,
 )
-
-
-@pytest.fixture(scope="module")
-def sequential(tmp_path_factory):
-    """The smoke table run whole, one row at a time: the folder, and what run.sh said."""
-    folder = tmp_path_factory.mktemp("table") / "sequential"
-    return folder, sequential_table(folder)
 
 
 @pytest.mark.slow
