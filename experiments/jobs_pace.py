@@ -22,6 +22,7 @@ from pathlib import Path
 import src_path  # noqa: F401  (src/ on sys.path)
 from config import HANDOUT_BOTTLENECK_DIM
 from model import VARIANTS
+from run_config import available_cores
 
 RUN_PY = str(Path(__file__).resolve().parent.parent / "src" / "run.py")
 
@@ -54,7 +55,7 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=2, help="trainings side by side in the second way")
     parser.add_argument("--corpus", default="data/wiki.txt")
     args = parser.parse_args(argv)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = available_cores()
     ways = {
         f"one at a time, {cores} threads": (1, cores),
         f"{args.jobs} side by side, {max(1, cores // args.jobs)} thread(s) each": (

@@ -41,14 +41,14 @@ from errors import RunError
 from files import resolve_data_path
 from model import VARIANTS
 from questions import read_question_file, score_line
-from steps import Step, run_steps
+from run_config import available_cores, cuda_num_workers
+from steps import LOGS, Step, run_steps
 
 logger = logging.getLogger(__name__)
 
 DATA = ("wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv")
 WIKI, TRAIN, DEV, TEST = DATA
 SPLITS = {"dev": DEV, "test": TEST}
-LOGS = Path("logs")
 # On a CPU, two trainings side by side with a thread each got through the table's work faster
 # than one at a time with both threads (docs/speed.md); on CUDA they share one GPU.
 CPU_JOBS = 2
@@ -70,7 +70,7 @@ class Row:
 
     @property
     def log(self):
-        return LOGS / f"{self.prefix}.log"
+        return Path(LOGS) / f"{self.prefix}.log"
 
 
 def readout_steps(variant, params, prefix, readout, flags):
@@ -108,22 +108,17 @@ def table_rows(variants, flags):
     return rows
 
 
-def available_cores():
-    """The cores this process may run on (a container's share; os.cpu_count() says the host's)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def job_flags_and_env(jobs, cuda):
     """
-    With jobs side by side, each row's share of the threads (unless OMP_NUM_THREADS is set) and,
-    on CUDA, its DataLoader workers: the flags and the environment of the rows.
+    With jobs side by side, each row's share of the cores as its threads (unless OMP_NUM_THREADS
+    is set) and, on CUDA, as DataLoader workers: the rows' flags and environment.
     """
     env = dict(os.environ)
     if jobs == 1:
         return [], env
-    env.setdefault("OMP_NUM_THREADS", str(max(1, available_cores() // jobs)))
-    threads = int(env["OMP_NUM_THREADS"])
-    return (["--num_workers", str(max(1, threads - 1))] if cuda else []), env
+    share = max(1, available_cores() // jobs)
+    env.setdefault("OMP_NUM_THREADS", str(share))
+    return (["--num_workers", str(cuda_num_workers(share))] if cuda else []), env
 
 
 class Table:
@@ -165,13 +160,16 @@ class Table:
         row.log.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, __file__, "--row", row.prefix, *self.argv]
         start = time.monotonic()
-        with open(row.log, "a", encoding="utf-8") as log:
+        with open(row.log, "a", encoding="utf-8", buffering=1) as log:
             # a session of its own: a stop reaches the row once, from the table (stop below)
+            env = dict(self.env, ASSIGNMENT_TABLE=str(os.getpid()))
             process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=log, text=True, env=self.env, start_new_session=True
+                command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True
             )
             with self.lock:
                 self.processes[row.name] = process
+                if self.stopped.is_set():  # a stop that came while the process started
+                    process.send_signal(self.signal)
             self.follow(row, process, position, log)
             code = process.wait()
         with self.lock:
@@ -181,7 +179,7 @@ class Table:
         if code == 0:
             say(f"== finished: {row.name} in {minutes:.1f} min, at {self.minutes():.1f} min")
         elif not self.stopped.is_set():
-            say(f"assignment.py: {row.name} failed: see {row.log}")
+            say(f"run.sh: {row.name} failed: see {row.log}")
         return code
 
     @staticmethod
@@ -220,6 +218,7 @@ def parse_args(argv):
         prog="run.sh",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Any other flag is run.py's, for every training and evaluation: python src/run.py --help.",
         allow_abbrev=False,  # a run.py flag is never taken for a prefix of these
     )
     parser.add_argument(
@@ -229,11 +228,12 @@ def parse_args(argv):
                         f"(default: $VARIANTS, else {' '.join(VARIANTS)})")  # fmt: skip
     parser.add_argument("--row", help=argparse.SUPPRESS)  # the row a table's process runs
     args, flags = parser.parse_known_args(argv)
-    if args.variants is None:
-        args.variants = os.environ.get("VARIANTS", " ".join(VARIANTS)).split()
+    if args.variants is None:  # an empty VARIANTS is all of them, as an unset one
+        args.variants = (os.environ.get("VARIANTS") or " ".join(VARIANTS)).split()
         unknown = [v for v in args.variants if v not in VARIANTS]
         if unknown:
             parser.error(f"VARIANTS: unknown variant '{unknown[0]}' ({', '.join(VARIANTS)})")
+    args.variants = list(dict.fromkeys(args.variants))  # each once
     return args, flags
 
 
@@ -274,30 +274,32 @@ def run_row(args, flags):
 def end_with_the_table():
     """
     On Linux, a row's process is killed with the table's (a session of its own is out of reach of
-    a kill of the table's group); elsewhere it ends at its next word to the table, on the broken pipe.
+    a kill of the table's group), and ends at once if the table ended while it started.
     """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.environ.get("ASSIGNMENT_TABLE", str(os.getppid())) != str(os.getppid()):
+        raise SystemExit(128 + signal.SIGKILL)
 
 
 def run_table(args, flags):
     """The whole table: the rows not kept run, then results.md and results.json from the steps' records."""
     cuda = torch.cuda.is_available()
     if not cuda:
-        say("run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)")
         flags = ["--recipe", "cpu", *flags]  # first, so that a --recipe among the flags wins
     jobs = args.jobs or (1 if cuda else CPU_JOBS)
     job_flags, env = job_flags_and_env(jobs, cuda)
-    rows = table_rows(args.variants, [*job_flags, *flags])
-    for row in rows:  # a bad flag stops the table here, in one line, before anything runs
-        [step.cfg for step in row.steps]
+    rows = table_rows(args.variants, [*job_flags, *flags])  # a bad flag stops the table here, in one line
+    if not cuda:
+        say("run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)")
     london = results.london(read_question_file(resolve_data_path(DEV)))
     Path("london_baseline_accuracy.txt").write_text(score_line(**london) + "\n", encoding="utf-8")
     if jobs > 1:
         say(f"== {jobs} rows at a time, {env['OMP_NUM_THREADS']} thread(s) each; their logs in {LOGS}/")
     table = Table(rows, ["--variants", *args.variants, *job_flags, *flags], jobs, env)
-    previous = {s: signal.signal(s, table.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    stops = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {s: signal.signal(s, table.stop) for s in stops}
     try:
         codes = table.run()
     finally:

@@ -69,10 +69,14 @@ def row_results(row, code):
     return dict(name=row.name, failed=bool(code), log=str(row.log), trainings=trainings, readouts=readouts)
 
 
-def cell(readout):
-    """A readout's dev score, or blank."""
-    dev = (readout or {}).get("dev")
-    return score_line(dev["total"], dev["correct"]).removeprefix("Correct: ") if dev else ""
+def cell(row, readout):
+    """A row's dev score by a readout: blank where the row has no such readout, and where it failed, its log."""
+    if readout not in row["readouts"]:
+        return ""
+    dev = row["readouts"][readout].get("dev")
+    if dev:
+        return score_line(dev["total"], dev["correct"]).removeprefix("Correct: ")
+    return f"failed: see {row['log']}" if row.get("failed") else ""
 
 
 def minutes(results):
@@ -95,14 +99,9 @@ def markdown(table):
         "| --- | --- | --- | --- | --- |",
     ]
     for row in table["rows"]:
-        question, frames = (row["readouts"].get(readout) for readout in READOUTS)
-        if row.get("failed"):
-            failed = f"failed: see {row['log']}"
-            lines.append(f"| {row['name']} | {failed} | {failed if 'frames' in row['readouts'] else ''} | | |")
-            continue
         trained = minutes((row.get("trainings") or {}).values())
         evaluated = minutes(dev_and_test(readout) for readout in row["readouts"].values())
-        lines.append(f"| {row['name']} | {cell(question)} | {cell(frames)} | {trained} | {evaluated} |")
+        lines.append(f"| {row['name']} | {cell(row, 'question')} | {cell(row, 'frames')} | {trained} | {evaluated} |")
     m = table["machine"]
     where = m["gpu"] or f"{m['processor']}, {m['cores']} cores"
     return "\n".join([

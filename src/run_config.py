@@ -53,15 +53,22 @@ REQUIRED = {
 }
 
 
+def available_cores():
+    """The cores this process may run on (a container's share; os.cpu_count() says the host's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cuda_num_workers(cores):
+    """DataLoader workers beside a CUDA training that has `cores`: all but one (left to training), at most 4."""
+    return max(0, min(CUDA_NUM_WORKERS, cores - 1))
+
+
 def default_num_workers(device):
     """
     DataLoader workers where none are asked for: none on the CPU; with CUDA, one per core this
-    process may use but one (left to training), at most CUDA_NUM_WORKERS: one on Colab's two vCPUs.
+    process may use but one, at most CUDA_NUM_WORKERS: one on Colab's two vCPUs.
     """
-    if device.type != "cuda":
-        return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(0, min(CUDA_NUM_WORKERS, cores - 1))
+    return cuda_num_workers(available_cores()) if device.type == "cuda" else 0
 
 
 def resolve_recipe(cfg, metadata):

@@ -22,6 +22,8 @@ from run_config import INPUTS
 
 logger = logging.getLogger(__name__)
 
+LOGS = "logs"  # beside a step's output: logs/steps/ holds the records, and the table's rows log there
+
 
 @dataclasses.dataclass
 class Step:
@@ -32,10 +34,9 @@ class Step:
     output: str  # the params or predictions it writes
     split: Optional[str] = None  # an evaluation's: "dev" or "test"
 
-    @functools.cached_property
-    def cfg(self):
-        """The RunConfig run.py makes of the arguments; a bad one exits with one line and code 2."""
-        return parse(self.argv, build_parser("run.sh"))[0]
+    def __post_init__(self):
+        """The RunConfig run.py makes of the arguments: a bad one exits here, with one line and code 2."""
+        self.cfg = parse(self.argv, build_parser("run.sh"))[0]
 
     @property
     def training(self):
@@ -65,7 +66,7 @@ class Step:
     def record_path(self):
         """Where the step's record lives: logs/steps/ beside its output."""
         output = Path(self.output)
-        return output.parent / "logs" / "steps" / (output.name + ".json")
+        return output.parent / LOGS / "steps" / (output.name + ".json")
 
     def record(self):
         """The step's record, or {} where there is none or it cannot be read."""
@@ -102,14 +103,14 @@ class Step:
         self.write_record(key=key, state="started", seconds=seconds_before)
         start, cfg = time.monotonic(), dataclasses.replace(self.cfg, resume=resume)
         if self.training:
-            epochs = sum(stage.epochs for stage in cfg.recipe.stages()) if cfg.function == "pretrain" else None
+            epochs = training_epochs(cfg)
 
             def epoch_end(end):
                 """Say the epoch; keep the seconds so far in the record, which a resumed training adds to."""
                 self.write_record(key=key, state="started", seconds=seconds_before + time.monotonic() - start)
-                on_epoch(self, end.epoch, epochs or finetuning_epochs(cfg))
+                on_epoch(self, end.epoch, epochs)
 
-            on_epoch(self, 0, epochs or finetuning_epochs(cfg))
+            on_epoch(self, 0, epochs)
             getattr(pipeline, cfg.function)(cfg, on_epoch_end=[epoch_end])
             result = {}
         else:
@@ -117,11 +118,13 @@ class Step:
             result = dict(correct=evaluation.correct, total=evaluation.total)
         seconds = seconds_before + time.monotonic() - start
         self.write_record(key=key, state="done", seconds=seconds, output_digest=file_digest(self.output), **result)
-        return self.record()
 
 
-def finetuning_epochs(cfg):
+def training_epochs(cfg):
+    """A training's epochs: every pretraining stage's, or the finetuning's (from params or from scratch)."""
     r = cfg.recipe
+    if cfg.function == "pretrain":
+        return sum(stage.epochs for stage in r.stages())
     return r.finetune_epochs_from_pretrained if cfg.reading_params_path else r.finetune_epochs_from_scratch
 
 

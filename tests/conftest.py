@@ -175,7 +175,7 @@ def a5_dir():
     pytest.skip("assignment data not found in ../shared/data/a5 or data/")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sequential(tmp_path_factory):
     """run.sh's smoke table run whole in a new folder, one row at a time: the folder, and what run.sh said."""
     from tables import assignment_copy, run_table

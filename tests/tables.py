@@ -15,6 +15,7 @@ SMOKE_STAGES = "corpus+pairs; corpus+pairs epochs=1 lr=3e-4 max_shift=13 decay_e
 SMOKE = ["--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, "--finetune_epochs_from_scratch", "1",
          "--finetune_epochs_from_pretrained", "1", *SMALL]  # fmt: skip
 DEADLINE = 300  # seconds any run of the table may take before the test fails
+QUIET = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def assignment_copy(folder):
@@ -46,8 +47,7 @@ def record(folder, output):
 def killed_table(folder, until, *args, **env):
     """run.sh's smoke table killed with SIGKILL, as a dropped session kills it, as soon as until(folder) holds."""
     command, environment = table_command(*args, **env)
-    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with subprocess.Popen(command, cwd=folder, env=environment, start_new_session=True, **quiet) as process:
+    with subprocess.Popen(command, cwd=folder, env=environment, start_new_session=True, **QUIET) as process:
         try:
             wait_for(lambda: until(folder), process)
         finally:

@@ -63,7 +63,8 @@ def test_side_by_side_killed_in_a_training_resumes_it_to_the_same_table(sequenti
 def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(tmp_path):
     """SIGINT to the table alone (a notebook's stop, Ctrl-C): each running row stops cleanly, and the table says so."""
     folder = assignment_copy(tmp_path / "stopped")
-    command, environment = table_command("--jobs", "2", "--pretrain_epochs", "4")
+    longer = ["--pretrain_epochs", "4", "--finetune_epochs_from_scratch", "300"]  # both rows still training
+    command, environment = table_command("--jobs", "2", *longer)
     with subprocess.Popen(command, cwd=folder, env=environment, start_new_session=True, stderr=subprocess.PIPE,
                           text=True) as process:  # fmt: skip
         try:
@@ -75,8 +76,9 @@ def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(t
                 os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 130, said[-2000:]
     assert said.rstrip().endswith("\nrun.sh: stopped; run the same command again to go on where it stopped")
-    assert "stopped by SIGINT" in (folder / "logs" / "vanilla.pretrain.log").read_text(encoding="utf-8")
+    for log in ("vanilla.pretrain.log", "vanilla.nopretrain.log"):
+        assert "stopped by SIGINT" in (folder / "logs" / log).read_text(encoding="utf-8"), log
     assert (folder / "vanilla.pretrain.params.ckpt").exists() and not (folder / "results.md").exists()
-    done = run_table(folder, "--jobs", "2", "--pretrain_epochs", "4")
+    done = run_table(folder, "--jobs", "2", *longer)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from vanilla.pretrain.params.ckpt" in (folder / "logs" / "vanilla.pretrain.log").read_text()
