@@ -8,11 +8,11 @@ import os
 import sys
 import zipfile
 
+import nbclient
+import nbformat
 import pytest
 
 from conftest import ROOT
-
-nbformat = pytest.importorskip("nbformat")
 
 NOTEBOOK_DIR = ROOT / "mingpt-demo"
 NOTEBOOK = NOTEBOOK_DIR / "play_char.ipynb"
@@ -51,7 +51,6 @@ def this_interpreters_kernel(tmp_path, monkeypatch):
     A kernel spec that runs this very interpreter, ahead of any other "python3" spec on the
     machine; Jupyter's runtime and IPython's profile folders go to tmp_path as well. Its name.
     """
-    pytest.importorskip("ipykernel")
     spec = tmp_path / "jupyter" / "kernels" / "notebook-test"
     spec.mkdir(parents=True)
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
@@ -66,7 +65,6 @@ def this_interpreters_kernel(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_notebook_runs_and_learns(tmp_path, monkeypatch):
-    nbclient = pytest.importorskip("nbclient")
     kernel = this_interpreters_kernel(tmp_path, monkeypatch)
     # the tiny settings, on the generated demo corpus (no third-party data needed)
     monkeypatch.setenv("PLAY_CHAR_TINY", "1")
@@ -98,7 +96,6 @@ def test_notebook_runs_and_learns(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_assignment_notebook_runs_the_whole_assignment_on_the_demo_switch(tmp_path, monkeypatch):
     """DEMO on the CPU: a generated world, run.sh --jobs 2, the loss plotted, the table shown, the zip written."""
-    nbclient = pytest.importorskip("nbclient")
     kernel = this_interpreters_kernel(tmp_path, monkeypatch)
     work = tmp_path / "work"
     monkeypatch.setenv("ASSIGNMENT_DEMO", "1")
