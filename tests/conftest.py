@@ -34,13 +34,42 @@ TINY = ["--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--bottleneck_dim",
 RUN_PY = str(ROOT / "src" / "run.py")
 
 # Under pytest-xdist (pytest.ini: a worker per core) the workers share the threads of the run
-# (OMP_NUM_THREADS, else the cores): each trains, and the commands it runs train, with its share.
+# (OMP_NUM_THREADS, else the cores this process may use, which in a container are fewer than
+# os.cpu_count() says): each trains, and the commands it runs train, with its share.
 # More threads than cores (two workers of two threads on two cores) kept a 5-second fixture busy for minutes.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    budget = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    from run_config import available_cores
+
+    budget = int(os.environ.get("OMP_NUM_THREADS") or available_cores())
     threads_each = max(1, budget // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ["OMP_NUM_THREADS"] = str(threads_each)
     torch.set_num_threads(threads_each)
+
+
+def small_gpt_config(
+    vocab_size, block_size, variant="vanilla", n_layer=2, n_head=2, n_embd=16, bottleneck_dim=8, dropout=0.1
+):
+    """The GPTConfig of a `variant` model small enough to train in seconds on a CPU; a test gives its own sizes."""
+    from model import variant_config
+
+    return variant_config(variant, vocab_size, block_size, n_layer, n_head, n_embd, bottleneck_dim, dropout)
+
+
+def small_gpt(vocab_size, block_size, variant="vanilla", seed=None, **sizes):
+    """A fresh GPT of small_gpt_config(...), torch seeded with `seed` first when one is given (the same weights)."""
+    from model import GPT
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    return GPT(small_gpt_config(vocab_size, block_size, variant, **sizes))
+
+
+def corpus_of(path, block_size):
+    """The span-corruption dataset of the text file at `path`, at `block_size`."""
+    from dataset import CharCorruptionDataset
+
+    with open(path, encoding="utf-8") as f:
+        return CharCorruptionDataset(f.read(), block_size)
 
 
 def run_process(command, timeout, **popen):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from batching import EpochBatches, EpochKeys, forward_passes, rank_rows, real_lengths
-from dataset import CharCorruptionDataset
+from conftest import corpus_of
 from run_config import default_num_workers
 from trainer import TrainerConfig
 
@@ -120,8 +120,7 @@ def test_an_epoch_drawn_at_once_is_the_plain_loops_batches_row_for_row(tiny_worl
     and its batches are that tensor's rows: the plain loop's batches, row for row; so is a
     resumed run's epoch (a new EpochBatches, as a resumed run makes at its epoch), from any batch.
     """
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        corpus = CharCorruptionDataset(f.read(), 64)
+    corpus = corpus_of(tiny_world["wiki.txt"], 64)
     config = TrainerConfig(batch_size=16, num_workers=workers, full_padding=True)
     uninterrupted, resumed = EpochBatches(corpus, config), EpochBatches(corpus, config)
     random.seed(0)
@@ -145,8 +144,7 @@ def test_closing_ends_the_workers_at_once_and_a_later_epoch_is_drawn_the_same(ti
     collector, which finds a Trainer in reference cycles, waits seconds for each); an epoch drawn
     after it is the one drawn before.
     """
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        corpus = CharCorruptionDataset(f.read(), 64)
+    corpus = corpus_of(tiny_world["wiki.txt"], 64)
     batches = EpochBatches(corpus, TrainerConfig(batch_size=16, num_workers=2, full_padding=True))
     others = set(multiprocessing.active_children())
     before = list(batches.epoch(7, next_seed=8))  # epoch 8 drawn in the background meanwhile
@@ -161,8 +159,7 @@ def test_closing_ends_the_workers_at_once_and_a_later_epoch_is_drawn_the_same(ti
 @pytest.mark.parametrize("corrupt_by_epoch", [False, True])
 def test_fixed_shapes_give_every_batch_one_shape_and_the_full_padding_rows(tiny_world, corrupt_by_epoch):
     """fixed_shapes: the full_padding epoch's batches row for row, the short last one grown with empty rows."""
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        corpus = CharCorruptionDataset(f.read(), 64)
+    corpus = corpus_of(tiny_world["wiki.txt"], 64)
     settings = dict(batch_size=16, num_workers=0, corrupt_by_epoch=corrupt_by_epoch)
     random.seed(0)  # the span corruptions' draws (without workers or corrupt_by_epoch, from Python's generator)
     padded = list(EpochBatches(corpus, TrainerConfig(full_padding=True, **settings)).epoch(3))
@@ -183,8 +180,7 @@ def test_fixed_shapes_group_by_length_as_the_cut_batches_do(tiny_world, corrupt_
     batch as the CPU's cut batches, in the same order, at full width; the short last batch is
     grown with rows of pads.
     """
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        corpus = CharCorruptionDataset(f.read(), 64)
+    corpus = corpus_of(tiny_world["wiki.txt"], 64)
     settings = dict(batch_size=16, num_workers=0, group_by_length=True, corrupt_by_epoch=corrupt_by_epoch)
     random.seed(0)
     cut = list(EpochBatches(corpus, TrainerConfig(**settings)).epoch(3))

@@ -15,8 +15,8 @@ import capture
 import checkpoint
 from capture import capture_mode
 from config import Recipe
-from dataset import CharCorruptionDataset
-from model import GPT, VARIANTS, variant_config
+from conftest import corpus_of, small_gpt
+from model import VARIANTS
 from trainer import Trainer, TrainerConfig
 
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -24,16 +24,13 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 @pytest.fixture(scope="module")
 def corpus(tiny_world):
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        return CharCorruptionDataset(f.read(), 64)
+    return corpus_of(tiny_world["wiki.txt"], 64)
 
 
 def trainer_of(corpus, device="cpu", dropout=0.1, epochs=3, variant="vanilla", **settings):
     """A small model's pretraining Trainer with a schedule that moves the rate every step."""
     random.seed(0)  # the span corruptions' draws
-    torch.manual_seed(0)
-    sizes = dict(n_layer=1, n_head=2, n_embd=16, bottleneck_dim=8, dropout=dropout)
-    model = GPT(variant_config(variant, corpus.vocab_size, 64, **sizes))
+    model = small_gpt(corpus.vocab_size, 64, variant, seed=0, n_layer=1, dropout=dropout)
     schedule = dict(learning_rate=3e-3, lr_decay=True, warmup_tokens=500, final_tokens=5000)
     config = TrainerConfig(max_epochs=epochs, batch_size=8, device=device, data_seed=0, **schedule, **settings)
     return Trainer(model, corpus, None, config)

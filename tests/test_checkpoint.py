@@ -12,10 +12,8 @@ import checkpoint
 import params
 import pipeline
 from config import HANDOUT, Recipe
-from conftest import TINY, another_value, checkpoint_steps, one_line_error, pretrain_args
-from dataset import CharCorruptionDataset
+from conftest import TINY, another_value, checkpoint_steps, corpus_of, one_line_error, pretrain_args, small_gpt
 from errors import RunError
-from model import GPT, GPTConfig
 from params import read_metadata, save_params_with_metadata, write_metadata
 from run_config import CUDA_CHECKPOINT_MINUTES, INPUTS, RunConfig
 from trainer import Trainer, TrainerConfig
@@ -128,14 +126,13 @@ def test_on_cuda_the_checkpoint_comes_every_few_minutes_and_at_the_end_not_every
     cpu = pipeline.trainer_config(CFG, torch.device("cpu"), **setting)
     assert (cpu.checkpoint_every_epoch, cpu.checkpoint_minutes) == (True, None)
 
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        corpus = CharCorruptionDataset(f.read(), 32)
+    corpus = corpus_of(tiny_world["wiki.txt"], 32)
     for every_epoch, expected in [(True, [11, 22, 33]), (False, [33])]:  # 84 biographies, batch 8
         config = TrainerConfig(
             max_epochs=3, batch_size=8, device="cpu", checkpoint_path=str(tmp_path / "c.ckpt"),
             checkpoint_minutes=1000, checkpoint_every_epoch=every_epoch,
         )  # fmt: skip
-        trainer = Trainer(GPT(GPTConfig(corpus.vocab_size, 32, n_layer=1, n_head=2, n_embd=16)), corpus, None, config)
+        trainer = Trainer(small_gpt(corpus.vocab_size, 32, n_layer=1), corpus, None, config)
         saves = checkpoint_steps(trainer)
         trainer.train()
         assert saves == expected

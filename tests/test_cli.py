@@ -11,10 +11,20 @@ import pytest
 import torch
 
 from config import BLOCK_SIZE
-from conftest import ROOT, RUNS_DIR, SMALL, TINY, cli, evaluate_args, finetune_args, pretrain_args, run_process
+from conftest import (
+    ROOT,
+    RUNS_DIR,
+    SMALL,
+    TINY,
+    cli,
+    corpus_of,
+    evaluate_args,
+    finetune_args,
+    pretrain_args,
+    run_process,
+    small_gpt,
+)
 from conftest import run_main as main
-from dataset import CharCorruptionDataset
-from model import GPT, GPTConfig
 from params import save_params
 
 
@@ -88,9 +98,8 @@ def test_pretraining_continues_from_reading_params(small_pretrained, tiny_world,
 
 def test_answers_with_line_breaks_keep_one_prediction_per_line(tiny_world, tmp_path):
     """The corpus's newline is in the vocabulary; a model that writes it still gives one line per question."""
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        vocabulary = CharCorruptionDataset(f.read(), BLOCK_SIZE)
-    model = GPT(GPTConfig(vocabulary.vocab_size, BLOCK_SIZE, n_layer=3, n_head=2, n_embd=32))
+    vocabulary = corpus_of(tiny_world["wiki.txt"], BLOCK_SIZE)
+    model = small_gpt(vocabulary.vocab_size, BLOCK_SIZE, n_layer=3, n_embd=32)
     with torch.no_grad():  # every position's most likely next character is the newline
         model.ln_f.weight.zero_()
         model.ln_f.bias.fill_(1.0)

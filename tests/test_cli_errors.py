@@ -20,15 +20,16 @@ from conftest import (
     TINY,
     another_value,
     copy_params,
+    corpus_of,
     evaluate_args,
     finetune_args,
     one_line_error,
     pretrain_args,
     run_main_exit,
+    small_gpt,
 )
 from conftest import run_main as main
-from dataset import CharCorruptionDataset, NameDataset
-from model import GPT, GPTConfig
+from dataset import NameDataset
 from setting_fields import setting
 
 
@@ -54,76 +55,105 @@ def test_input_errors_are_one_line(small_finetuned, tiny_world, tmp_path, capsys
     assert not outputs.exists()
 
 
-def test_bad_settings_fail_before_any_work(small_finetuned, tiny_world, tmp_path, capsys):
-    wiki, train, dev = tiny_world["wiki.txt"], tiny_world["train.tsv"], tiny_world["dev.tsv"]
+@pytest.fixture
+def inputs(small_finetuned, tiny_world, tmp_path):
+    """A bad setting's inputs by name: the tiny world's files, trained params, two bad pair files and their folder."""
     long_pair = tmp_path / "long.tsv"
     long_pair.write_text("Where was " + "A" * 200 + " born?\tParis\n", encoding="utf-8")
     mixed = tmp_path / "mixed.tsv"
     mixed.write_text("Where was Ada Berg born?\tParis\nWhere was Ada Costa born?\n", encoding="utf-8")
-    params = small_finetuned
-    cases = [
-        (pretrain_args("vanilla", wiki, tmp_path), "is a directory"),
-        (
-            [
-                *finetune_args("vanilla", wiki, tmp_path / "x.params", long_pair),
-            ],
+    return dict(tiny_world, params=small_finetuned, long=long_pair, mixed=mixed, folder=tmp_path)
+
+
+def nothing_written(inputs):
+    """Whether the inputs' folder holds only the two pair files that `inputs` wrote there."""
+    return sorted(path.name for path in inputs["folder"].iterdir()) == ["long.tsv", "mixed.tsv"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        pytest.param(
+            lambda i: pretrain_args("vanilla", i["wiki.txt"], i["folder"]),
+            "is a directory",
+            id="params path a folder",
+        ),
+        pytest.param(
+            lambda i: finetune_args("vanilla", i["wiki.txt"], i["folder"] / "x.params", i["long"]),
             "line 1: question and place are longer than the block size",
+            id="pair longer than the block",
         ),
-        (
-            [
-                *evaluate_args("vanilla", wiki, params, mixed, tmp_path / "mixed.predictions"),
-            ],
+        pytest.param(
+            lambda i: evaluate_args("vanilla", i["wiki.txt"], i["params"], i["mixed"], i["folder"] / "x.predictions"),
             "line 2: expected 'question' on every line",
+            id="questions with and without places",
         ),
-        (
-            [*pretrain_args("vanilla", wiki, tmp_path / "x.params"), "--n_head", "3"],
+        pytest.param(
+            lambda i: [*pretrain_args("vanilla", i["wiki.txt"], i["folder"] / "x.params"), "--n_head", "3"],
             "must be a multiple of --n_head 3",
+            id="n_embd not a multiple of n_head",
         ),
-    ]
-    if os.access("/proc", os.W_OK):  # a folder that os.access calls writable (for root) but that refuses files
-        cases.append(
-            (
-                [
-                    *evaluate_args("vanilla", wiki, params, dev, "/proc/dev.predictions"),
-                ],
-                "/proc refuses new files",
-            )
-        )
-    if not torch.cuda.is_available():
-        cases.append(
-            (
-                [*pretrain_args("vanilla", wiki, tmp_path / "x.params"), "--device", "cuda"],
-                "device cuda is not available",
-            )
-        )
-    for args, message in cases:
-        capsys.readouterr()
-        assert main(*args[:3], *SMALL, *args[3:]) == 2, args  # the case's own flags come last and win
-        err = capsys.readouterr().err
-        assert message in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "x.params").exists() and not (tmp_path / "mixed.predictions").exists()
+        pytest.param(
+            lambda i: [
+                *finetune_args("vanilla", i["wiki.txt"], i["folder"] / "x.params", i["train.tsv"]),
+                "--mix_corpus_path",
+                i["train.tsv"],
+            ],
+            "mixed pairs (--mix_corpus_path) are for pretrain",
+            id="mixed pairs to finetune",
+        ),
+        pytest.param(
+            lambda i: evaluate_args("vanilla", i["wiki.txt"], i["params"], i["dev.tsv"], "/proc/dev.predictions"),
+            "/proc refuses new files",
+            id="outputs in a folder that refuses files",
+            # a folder that os.access calls writable (for root) but that refuses files
+            marks=pytest.mark.skipif(not os.access("/proc", os.W_OK), reason="/proc is not writable to os.access"),
+        ),
+        pytest.param(
+            lambda i: [*pretrain_args("vanilla", i["wiki.txt"], i["folder"] / "x.params"), "--device", "cuda"],
+            "device cuda is not available",
+            id="cuda without a gpu",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available"),
+        ),
+    ],
+)
+def test_bad_settings_fail_before_any_work(args, message, inputs, capsys):
+    args = args(inputs)
+    capsys.readouterr()
+    assert main(*args[:3], *SMALL, *args[3:]) == 2, args  # the case's own flags come last and win
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert nothing_written(inputs)
 
-    with pytest.raises(SystemExit) as exit_info:
-        main(*pretrain_args("vanilla", wiki, tmp_path / "x.params"), "--pretrain_epochs", "0")
-    assert exit_info.value.code == 2 and "pretrain_epochs must be positive, got 0" in capsys.readouterr().err
-    err = one_line_error(
-        capsys, *finetune_args("vanilla", wiki, tmp_path / "x.params", train), "--mix_corpus_path", train
-    )
-    assert "mixed pairs (--mix_corpus_path) are for pretrain" in err
 
-    # the research pretraining's own inputs: the same one-line errors, before any work
-    research = [
-        (["--mix_corpus_path", mixed], f"{mixed}: line 2: expected 'question<TAB>place'"),
-        (["--probe_corpus_path", mixed], f"{mixed}: line 2: expected 'question<TAB>place'"),
-        (["--mix_corpus_path", train, "--corrupt_by_epoch"], "cannot be combined with mixed pairs"),
-    ]
-    for flags, message in research:
-        capsys.readouterr()
-        argv = [*pretrain_args("vanilla", wiki, tmp_path / "x.params"), *SMALL, *flags]
-        assert probed_pretraining.main([str(a) for a in argv]) == 2, flags
-        err = capsys.readouterr().err
-        assert message in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "x.params").exists()
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        pytest.param(
+            lambda i: ["--mix_corpus_path", i["mixed"]],
+            "{mixed}: line 2: expected 'question<TAB>place'",
+            id="mixed pairs without a place",
+        ),
+        pytest.param(
+            lambda i: ["--probe_corpus_path", i["mixed"]],
+            "{mixed}: line 2: expected 'question<TAB>place'",
+            id="probe pairs without a place",
+        ),
+        pytest.param(
+            lambda i: ["--mix_corpus_path", i["train.tsv"], "--corrupt_by_epoch"],
+            "cannot be combined with mixed pairs",
+            id="mixed pairs with corrupt_by_epoch",
+        ),
+    ],
+)
+def test_the_research_pretrainings_own_inputs_fail_before_any_work(flags, message, inputs, capsys):
+    """experiments/probed_pretraining.py's own inputs: the same one-line errors, before any work."""
+    argv = [*pretrain_args("vanilla", inputs["wiki.txt"], inputs["folder"] / "x.params"), *SMALL, *flags(inputs)]
+    capsys.readouterr()
+    assert probed_pretraining.main([str(a) for a in argv]) == 2, argv
+    err = capsys.readouterr().err
+    assert message.format_map(inputs) in err and len(err.strip().splitlines()) == 1, err
+    assert nothing_written(inputs)
 
 
 # --- params, corpora, question files and outputs --------------------------------------------------------
@@ -215,7 +245,7 @@ def test_params_know_what_they_are(tiny_pretrained, tiny_world, tmp_path, capsys
     assert metadata["vocabulary"] == "".join(sorted(set(text))) and "pretrain vanilla" in metadata["command"]
     assert torch.load(tmp_path / "p.params.ckpt", weights_only=True)["params_metadata"] == metadata
     assert set(torch.load(params, weights_only=True)) == set(
-        GPT(GPTConfig(len(metadata["vocabulary"]) + 2, 128, n_layer=2, n_head=2, n_embd=16)).state_dict()
+        small_gpt(len(metadata["vocabulary"]) + 2, 128, n_layer=2, n_head=2, n_embd=16).state_dict()
     )
 
     no_sizes = CPU_FLAGS
@@ -303,7 +333,7 @@ def test_a_corpus_with_a_reserved_character_is_refused_naming_its_line(
 
 
 def test_reserved_characters_in_questions_are_dropped_and_counted(tiny_world, tmp_path, capsys):
-    pretraining = CharCorruptionDataset(open(tiny_world["wiki.txt"], encoding="utf-8").read(), 128)
+    pretraining = corpus_of(tiny_world["wiki.txt"], 128)
     clean = NameDataset(pretraining, "Ada Berg\tParis\n")
     marked = NameDataset(pretraining, "Ada\u2047 Berg\tPa\u25a1ris\n")
     assert marked.data == clean.data == [("Ada Berg", "Paris")] and marked.dropped_characters == 2
@@ -354,18 +384,18 @@ def test_bad_evaluation_lines_name_the_file_and_line(params_files, tiny_world, t
     assert not outputs.exists()
 
 
-def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, capsys):
+@pytest.mark.parametrize("outputs", ["dev.tsv", "sub/../dev.tsv"], ids=["the same path", "another path to it"])
+def test_an_output_never_replaces_an_input(outputs, params_files, tiny_world, tmp_path, capsys):
     dev = tmp_path / "dev.tsv"
     dev.write_text(open(tiny_world["dev.tsv"], encoding="utf-8").read(), encoding="utf-8")
     before = dev.read_bytes()
     (tmp_path / "sub").mkdir()
-    for outputs in [dev, tmp_path / "sub" / ".." / "dev.tsv"]:
-        err = one_line_error(
-            capsys,
-            *evaluate_args("vanilla", tiny_world["wiki.txt"], params_files["vanilla"], dev, outputs),
-            *TINY,
-        )
-        assert "is also the --eval_corpus_path" in err
+    err = one_line_error(
+        capsys,
+        *evaluate_args("vanilla", tiny_world["wiki.txt"], params_files["vanilla"], dev, tmp_path / outputs),
+        *TINY,
+    )
+    assert "is also the --eval_corpus_path" in err
     assert dev.read_bytes() == before
 
 
@@ -404,6 +434,10 @@ def test_an_output_never_replaces_an_input(params_files, tiny_world, tmp_path, c
         (
             [*pretrain_args("vanilla", "WIKI", "x"), "--decay_epochs", "0"],
             "decay_epochs must be positive, got 0",
+        ),
+        (
+            [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_epochs", "0"],
+            "pretrain_epochs must be positive, got 0",
         ),
         (
             [*finetune_args("vanilla", "WIKI", "x", "WIKI"), "--finetune_lr_from_scratch", "-1"],

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import checkpoint
-from dataset import CharCorruptionDataset, NameDataset
+from conftest import corpus_of, small_gpt
+from dataset import NameDataset
 from decoding import predict_answers
-from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig
 from utils import set_seed
 
@@ -20,8 +20,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 @pytest.fixture(scope="module")
 def data(tiny_world):
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        pre = CharCorruptionDataset(f.read(), 64)
+    pre = corpus_of(tiny_world["wiki.txt"], 64)
     with open(tiny_world["train.tsv"], encoding="utf-8") as f:
         return pre, NameDataset(pre, f.read())
 
@@ -29,7 +28,7 @@ def data(tiny_world):
 def small_model(vocab_size):
     """Without dropout, whose draws differ between eager and compiled code."""
     set_seed(0)
-    return GPT(GPTConfig(vocab_size, 64, n_layer=2, n_head=2, n_embd=32, embd_pdrop=0, resid_pdrop=0, attn_pdrop=0))
+    return small_gpt(vocab_size, 64, n_embd=32, dropout=0)
 
 
 def trained(dataset, vocab_size, epochs=2, **settings):

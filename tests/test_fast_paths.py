@@ -7,18 +7,16 @@ import pytest
 import torch
 
 from batching import bucket_rows, forward_passes, padded_rows, real_lengths
+from conftest import TINY, pretrain_args, run_main, small_gpt
 from dataset import CharCorruptionDataset, NameDataset
 from decoding import greedy_decode_cached, predict_places
-from model import GPT, KVCache, variant_config
+from model import KVCache
 from trainer import Trainer, TrainerConfig
 from utils import sample, set_seed
 from world import build_world
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer", "rope"]
-
-
-def config_for(variant, vocab_size, block_size):
-    return variant_config(variant, vocab_size, block_size, n_layer=3, n_head=2, n_embd=32, bottleneck_dim=16)
+SIZES = dict(n_layer=3, n_embd=32, bottleneck_dim=16)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +30,7 @@ def batches_and_models(variant, world, rows):
     """For the pretraining and the finetuning data: (dataset, a fresh model without dropout, x, y of `rows` rows)."""
     _, pre, names = world
     for dataset in (pre, names):
-        torch.manual_seed(0)
-        model = GPT(config_for(variant, pre.vocab_size, 128)).eval()  # eval: no dropout, same arithmetic
+        model = small_gpt(pre.vocab_size, 128, variant, seed=0, **SIZES).eval()  # eval: no dropout, same arithmetic
         x, y = map(torch.stack, zip(*[dataset[i] for i in range(rows)]))
         yield dataset, model, x, y
 
@@ -116,7 +113,7 @@ def test_bucketing_halves_pretraining_arithmetic(world, corrupt_by_epoch):
     """An epoch of pretraining computes at most 60% of the padded arithmetic (token positions), every example once."""
     _, pre, _ = world
     set_seed(0)
-    model = GPT(config_for("vanilla", pre.vocab_size, 128))
+    model = small_gpt(pre.vocab_size, 128, **SIZES)
     config = TrainerConfig(
         max_epochs=1, batch_size=32, group_by_length=True, device="cpu", corrupt_by_epoch=corrupt_by_epoch
     )
@@ -150,7 +147,7 @@ def trained(world):
     models = {}
     for variant in VARIANTS:
         set_seed(0)
-        model = GPT(config_for(variant, pre.vocab_size, 128))
+        model = small_gpt(pre.vocab_size, 128, variant, **SIZES)
         for dataset, epochs in [(pre, 3), (names, 6)]:
             Trainer(
                 model, dataset, None, TrainerConfig(max_epochs=epochs, batch_size=32, learning_rate=3e-3, device="cpu")
@@ -175,8 +172,7 @@ def test_batched_cached_decoding_answers_like_one_at_a_time(variant, world, trai
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_cached_decoding_stops_each_row_at_its_stop_token(variant):
     """A row that has written the stop token leaves its batch, the rest of it being that token; the others go on."""
-    torch.manual_seed(0)
-    model = GPT(config_for(variant, 30, 48)).eval()
+    model = small_gpt(30, 48, variant, seed=0, **SIZES).eval()
     x, steps = torch.randint(0, 30, (8, 10)), 20
     alone = sample(model, x, steps)[:, 10:]  # greedy, one full pass per step, no stop
 
@@ -196,8 +192,7 @@ def test_cached_decoding_stops_each_row_at_its_stop_token(variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_kv_cache_gives_the_full_forward_also_for_the_rows_it_keeps(variant):
     """Token by token with a cache is the full forward; rows dropped from the cache leave the others unchanged."""
-    torch.manual_seed(0)
-    model = GPT(config_for(variant, 30, 48)).eval()
+    model = small_gpt(30, 48, variant, seed=0, **SIZES).eval()
     x = torch.randint(0, 30, (3, 40))
     full, _ = model(x)
     cache = KVCache()
@@ -224,8 +219,7 @@ def test_gpu_path_settings_train_on_cpu(settings, world, monkeypatch):
     # trace with TorchDynamo and AOTAutograd as on a GPU, but skip Inductor's C++ build, which takes minutes here
     compile_ = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, **kw: compile_(model, backend="aot_eager", **kw))
-    torch.manual_seed(0)
-    model = GPT(config_for("vanilla", pre.vocab_size, 128))
+    model = small_gpt(pre.vocab_size, 128, seed=0, **SIZES)
     before = [p.detach().clone() for p in model.parameters()]
     trainer = Trainer(
         model,
@@ -236,7 +230,7 @@ def test_gpu_path_settings_train_on_cpu(settings, world, monkeypatch):
     trainer.train()
     assert all(torch.isfinite(torch.tensor(trainer.epoch_losses)))
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
-    assert list(model.state_dict()) == list(GPT(config_for("vanilla", pre.vocab_size, 128)).state_dict())
+    assert list(model.state_dict()) == list(small_gpt(pre.vocab_size, 128, **SIZES).state_dict())
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -256,7 +250,6 @@ def test_an_epoch_of_the_cpu_recipe_trains_alike_with_fixed_shapes(tiny_world, t
     one shape, trains on the same batches as without: params within float noise, where
     ungrouped batches of the same shape end far from them.
     """
-    from conftest import TINY, pretrain_args, run_main
 
     def trained(name, *flags):
         path = tmp_path / f"{name}.params"

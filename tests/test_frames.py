@@ -22,14 +22,25 @@ import readout
 import readout_finetune
 import rerank
 from config import HANDOUT
-from conftest import CPU_FLAGS, FIRST, LAST, PLACES, TINY, another_value, evaluate_args, finetune_args, one_line_error
+from conftest import (
+    CPU_FLAGS,
+    FIRST,
+    LAST,
+    PLACES,
+    TINY,
+    another_value,
+    copy_params,
+    evaluate_args,
+    finetune_args,
+    one_line_error,
+    small_gpt,
+)
 from conftest import run_main as main
 from dataset import MASK_CHAR, PAD_CHAR, biographies, known_characters, name_of
 from decoding import Answer
 from errors import RunError
 from evaluation import details_lines
 from inputs import load_corpus
-from model import GPT, GPTConfig
 from run_config import RunConfig
 
 BIOGRAPHIES = [
@@ -135,8 +146,7 @@ class Vocabulary:
 
 def test_scores_in_padded_batches_equal_one_text_at_a_time():
     corpus = Vocabulary("".join(BIOGRAPHIES) + ",")
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(len(corpus.stoi), 128, n_layer=2, n_head=2, n_embd=32)).eval()
+    model = small_gpt(len(corpus.stoi), 128, seed=0, n_embd=32).eval()
     prompts = ["Ada Berg. Born in ", "Bruno Costa. Bruno Costa was born in ", "Elif Fischer. "]
     places = ["Oslo,", "New York City,", "Lagos,"]
     together = ensemble.text_logprobs(model, corpus, prompts, places, "cpu", batch_size=2)
@@ -152,8 +162,7 @@ def test_scores_in_padded_batches_equal_one_text_at_a_time():
 def test_branching_where_the_place_starts_keeps_each_greedy_place_first():
     """experiments/readout.py --first_chars: K=1 is the greedy candidates; K=3 adds two branches after each."""
     corpus = Vocabulary("".join(BIOGRAPHIES) + ",")
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(len(corpus.stoi), 128, n_layer=2, n_head=2, n_embd=32)).eval()
+    model = small_gpt(len(corpus.stoi), 128, seed=0, n_embd=32).eval()
     asked = ensemble.Ensemble(("NAME. Born in ", "NAME. NAME was born in "), ("NAME. Born in ",))
     names = ["Ada Berg", "Bruno Costa", "Elif Fischer"]
     greedy = ensemble.written_places(model, corpus, names, asked.writers, asked.skips, "cpu")
@@ -213,7 +222,8 @@ def test_evaluate_asks_in_the_frames_and_answers_each_name_as_if_asked_alone(fra
     would score; each answer is the one that name gets asked alone (the batches of prompts
     and of padded scores change nothing).
     """
-    wiki, params = frames_world["wiki.txt"], frames_world["params"]
+    # a copy: evaluate keeps its fitted readout beside the params, which the other tests share
+    wiki, params = frames_world["wiki.txt"], str(copy_params(frames_world["params"], tmp_path))
     dev = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
     outputs = tmp_path / "dev.predictions"
     readout = ["--readout", "frames", "--finetune_corpus_path", frames_world["train.tsv"], *WIDE]
@@ -408,7 +418,8 @@ def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(
     tiny_pretrained, tiny_world, tmp_path, capsys
 ):
     """Finetuned params read out in frames answer almost nothing (docs/readout.md): evaluate says why, and answers."""
-    wiki, pretrained, finetuned = tiny_world["wiki.txt"], tiny_pretrained, tmp_path / "f.params"
+    # a copy: evaluate keeps its fitted readout beside the params, where later copies of tiny_pretrained would carry it
+    wiki, pretrained, finetuned = tiny_world["wiki.txt"], copy_params(tiny_pretrained, tmp_path), tmp_path / "f.params"
     finetune = [
         *finetune_args("vanilla", wiki, finetuned, tiny_world["train.tsv"]),
         "--reading_params_path",

@@ -7,23 +7,21 @@ import torch
 import torch.nn.functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
-from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock, variant_config
+from conftest import small_gpt, small_gpt_config
+from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock
 from params import load_params, save_params
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer", "rope"]
 VOCAB, BLOCK = 40, 32
+SIZES = dict(n_layer=4, n_head=4, n_embd=32, bottleneck_dim=8)
 
 
-def small_config(variant="vanilla", **overrides):
-    config = variant_config(variant, VOCAB, BLOCK, n_layer=4, n_head=4, n_embd=32, bottleneck_dim=8)
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    return config
+def small_config(variant="vanilla"):
+    return small_gpt_config(VOCAB, BLOCK, variant, **SIZES)
 
 
 def small_model(variant, seed=0):
-    torch.manual_seed(seed)
-    return GPT(small_config(variant)).eval()
+    return small_gpt(VOCAB, BLOCK, variant, seed=seed, **SIZES).eval()
 
 
 def test_config_defaults_and_kwargs():
@@ -73,8 +71,7 @@ def test_loss_ignores_pad_targets(variant):
 
 
 def test_perceiver_structure():
-    config = small_config("perceiver", n_layer=5)
-    model = GPT(config)
+    model = small_gpt(VOCAB, BLOCK, "perceiver", n_layer=5, n_head=4, n_embd=32, bottleneck_dim=8)
     assert isinstance(model.down_block, DownProjectBlock)
     assert isinstance(model.up_block, UpProjectBlock)
     assert len(model.blocks) == 3 and all(isinstance(b, Block) for b in model.blocks)

@@ -19,26 +19,45 @@ import checkpoint
 import pipeline
 from config import HANDOUT, parse_stages
 from conftest import (
+    ROOT,
     RUN_PY,
     RUNS_DIR,
     TINY,
     checkpoint_steps,
     copy_params,
+    corpus_of,
     evaluate_args,
     finetune_args,
     one_line_error,
     pretrain_args,
     run_process,
+    small_gpt,
 )
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
-from model import GPT, GPTConfig
 from params import read_metadata
 from run_config import RunConfig
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 
 # --- checkpoints and resume ------------------------------------------------------------------------------
+
+# run.py as a user runs it (argv: src, a step, run.py and its arguments), except that its first
+# checkpoint at that step or later is followed by a wait to be killed: however fast the machine,
+# the run cannot end before the test kills it.
+HELD_AFTER_A_CHECKPOINT = """
+import runpy, sys, time
+src, held_from, sys.argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+sys.path.insert(0, src)
+import trainer
+save = trainer.Trainer.save_checkpoint
+def save_and_wait(self):
+    save(self)
+    if self.step >= held_from:
+        time.sleep(600)
+trainer.Trainer.save_checkpoint = save_and_wait
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 @pytest.mark.slow
@@ -53,33 +72,24 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
 
     cut = tmp_path / "cut.params"
     ckpt = tmp_path / "cut.params.ckpt"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            RUN_PY,
-            *map(str, pretrain_args("vanilla", wiki, cut)),
-            *map(str, flags),
-            "--checkpoint_minutes",
-            "1e-6",
-        ],  # fmt: skip
-        cwd=RUNS_DIR,
-        stderr=subprocess.DEVNULL,
-    )
-    killed_at = None
-    deadline = time.monotonic() + 240
-    while killed_at is None and time.monotonic() < deadline and process.poll() is None:
-        if ckpt.exists():
-            step = torch.load(ckpt, weights_only=True)["step"]
-            if step >= 20:
-                process.send_signal(signal.SIGKILL)
-                killed_at = step
-        time.sleep(0.01)
-    process.wait()
-    assert killed_at is not None and process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    kill_at = 20  # a checkpoint every step (--checkpoint_minutes 1e-6): in the 4th of 15 epochs of 6 steps
+    held = [sys.executable, "-c", HELD_AFTER_A_CHECKPOINT, str(ROOT / "src"), str(kill_at), RUN_PY]
+    args = [*pretrain_args("vanilla", wiki, cut), *flags, "--checkpoint_minutes", "1e-6"]
+    process = subprocess.Popen([*held, *map(str, args)], cwd=RUNS_DIR, stderr=subprocess.DEVNULL)
+    step, deadline = 0, time.monotonic() + 240
+    try:
+        while step < kill_at and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.01)
+            if ckpt.exists():
+                step = torch.load(ckpt, weights_only=True)["step"]
+    finally:
+        process.kill()
+        process.wait()
+    assert step >= kill_at and process.returncode == -signal.SIGKILL, f"no checkpoint at step {kill_at} seen"
     assert not cut.exists()
     interrupted = torch.load(ckpt, weights_only=True)
     steps_per_epoch = 6  # 84 biographies, batch 16
-    assert interrupted["step"] < 15 * steps_per_epoch
+    assert interrupted["step"] >= kill_at and 0 < interrupted["batches_done"] < steps_per_epoch, "killed mid-epoch"
 
     caplog.clear()
     assert main(*pretrain_args("vanilla", wiki, cut), *flags, "--resume") == 0
@@ -312,10 +322,9 @@ def test_a_failed_checkpoint_write_is_one_line(tiny_pretrained, tiny_world, tmp_
 
 def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world, tmp_path):
     """From step 6 on the loss is NaN: the run stops at epoch 2's end, naming step 6; epoch 1's files stay."""
-    pre = CharCorruptionDataset(open(tiny_world["wiki.txt"], encoding="utf-8").read(), 32)
+    pre = corpus_of(tiny_world["wiki.txt"], 32)
     pre.data = pre.data[:64]  # 4 steps of 16 an epoch
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(pre.vocab_size, 32, n_layer=1, n_head=2, n_embd=16))
+    model = small_gpt(pre.vocab_size, 32, seed=0, n_layer=1)
     forwards = []
 
     def poison(module, args, output):
@@ -387,12 +396,10 @@ def test_training_outlives_its_tensorboard_folder(tiny_world, tmp_path, caplog):
 @pytest.mark.parametrize("corrupt_by_epoch, rope", [(False, False), (True, False), (False, True)])
 def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path, corrupt_by_epoch, rope):
     """The Trainer alone: a checkpoint written within an epoch continues exactly where the run was."""
-    with open(tiny_world["wiki.txt"], encoding="utf-8") as f:
-        dataset = CharCorruptionDataset(f.read(), 64)
+    dataset = corpus_of(tiny_world["wiki.txt"], 64)
 
     def trainer(max_epochs, resume):
-        torch.manual_seed(0)
-        model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=2, n_head=2, n_embd=16, rope=rope))
+        model = small_gpt(dataset.vocab_size, 64, "rope" if rope else "vanilla", seed=0)
         config = TrainerConfig(
             max_epochs=max_epochs,
             batch_size=8,
@@ -505,19 +512,7 @@ def train_on_ranks(rank, wiki, results, rope=False, pairs=None):
     vocab_size = dataset.vocab_size
     if pairs is not None:
         dataset = NameDataset(dataset, pairs)
-    model = GPT(
-        GPTConfig(
-            vocab_size,
-            64,
-            n_layer=2,
-            n_head=2,
-            n_embd=16,
-            embd_pdrop=0.0,
-            resid_pdrop=0.0,
-            attn_pdrop=0.0,
-            rope=rope,
-        )
-    )
+    model = small_gpt(vocab_size, 64, "rope" if rope else "vanilla", dropout=0.0)
     config = TrainerConfig(
         max_epochs=2,
         batch_size=16 if pairs is None else 59,
@@ -553,9 +548,8 @@ def checkpoint_on_ranks(rank, wiki, folder):
     if rank == 1:
         time.monotonic = lambda: 0.0
     try:
-        torch.manual_seed(0)
         dataset = CharCorruptionDataset(wiki, 64)
-        model = GPT(GPTConfig(dataset.vocab_size, 64, n_layer=1, n_head=2, n_embd=16))
+        model = small_gpt(dataset.vocab_size, 64, seed=0, n_layer=1)
         config = TrainerConfig(
             max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2,
             checkpoint_path=str(folder / "c.ckpt"), checkpoint_minutes=1e-9,

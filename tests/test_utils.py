@@ -9,18 +9,17 @@ import torch
 
 import decoding
 import files
+from conftest import small_gpt
 from dataset import MASK_CHAR, CharCorruptionDataset
 from decoding import recalled_places
 from evaluation import PROBES, probed_recall, recalled_pairs
-from model import GPT, GPTConfig
 from questions import score_line
 from trainer import Trainer, TrainerConfig
 from utils import evaluate_places, sample, set_seed
 
 
-def tiny_model(synthesizer=False):
-    torch.manual_seed(0)
-    return GPT(GPTConfig(30, 16, n_layer=2, n_head=2, n_embd=16, synthesizer=synthesizer))
+def tiny_model(variant="vanilla"):
+    return small_gpt(30, 16, variant, seed=0)
 
 
 def test_greedy_sampling_feeds_back_the_argmax():
@@ -48,9 +47,9 @@ def test_sampling_restores_the_training_mode_and_draws_from_top_k():
     assert len(set(out[:, 3:].flatten().tolist())) > 3, "draws, not always the argmax"
 
 
-@pytest.mark.parametrize("synthesizer", [False, True])
-def test_sampling_past_the_block_size_never_crashes(synthesizer):
-    model = tiny_model(synthesizer)
+@pytest.mark.parametrize("variant", ["vanilla", "synthesizer"])
+def test_sampling_past_the_block_size_never_crashes(variant):
+    model = tiny_model(variant)
     out = sample(model, torch.randint(0, 30, (2, 14)), 10)
     assert out.shape == (2, 24)
 
@@ -127,11 +126,7 @@ def test_birthplace_recall_counts_the_places_a_model_has_memorised():
     pairs += [("Where was Greta Fischer born?", "Rome"), ("Where was Hugo Nobody born?", "Oslo")]  # no document
     set_seed(0)
     corpus = CharCorruptionDataset("\n".join(documents), 128)
-    model = GPT(
-        GPTConfig(
-            corpus.vocab_size, 128, n_layer=2, n_head=2, n_embd=64, embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0
-        )
-    )
+    model = small_gpt(corpus.vocab_size, 128, n_embd=64, dropout=0.0)
     before = probed_recall(model, corpus, pairs, "cpu")
     Trainer(model, corpus, None, TrainerConfig(max_epochs=300, batch_size=8, learning_rate=3e-3, device="cpu")).train()
     after = probed_recall(model, corpus, pairs, "cpu")
@@ -171,7 +166,7 @@ def test_the_question_probe_asks_the_question_with_its_mask(monkeypatch):
 
     monkeypatch.setattr(decoding, "greedy_completions", completions)
     pairs = [("Where was Ada Berg born?", "Oslo")]
-    model = GPT(GPTConfig(corpus.vocab_size, 128, n_layer=1, n_head=1, n_embd=8))
+    model = small_gpt(corpus.vocab_size, 128, n_layer=1, n_head=1, n_embd=8)
     assert probed_recall(model, corpus, pairs, "cpu", PROBES["question"]) == (1, 1)
     assert asked == [f"Where was Ada Berg born?{MASK_CHAR}"]
 
