@@ -182,7 +182,7 @@ def pytest_configure(config):
 
 
 # The whole assignment through run.sh and the notebooks: the longest tests, about a minute each on two cores.
-END_TO_END = {"test_run_sh.py", "test_run_sh_killed.py", "test_demo.py", "test_notebook.py"}
+END_TO_END = {"test_run_sh.py", "test_run_sh_errors.py", "test_demo.py", "test_notebook.py"}
 
 
 def pytest_collection_modifyitems(items):

@@ -1,6 +1,6 @@
 """
 run.sh, the whole assignment's table (src/assignment.py), as a user runs it: its table, its
-settings or data changed, a stale checkpoint, bad input; and collect_submission.sh.
+settings or data changed, killed as a dropped session kills it; and collect_submission.sh.
 """
 
 import json
@@ -15,16 +15,14 @@ import pytest
 from conftest import ROOT
 from questions import read_question_file, score_line
 from tables import (
-    DEADLINE,
     LEFT_BEHIND,
-    QUIET,
     TRAININGS,
     assignment_copy,
     killed_table,
     mtimes,
     record,
     run_table,
-    table_command,
+    table_cells,
 )
 
 
@@ -97,56 +95,40 @@ def test_a_changed_readout_or_data_file_reruns_only_what_reads_it(sequential, tm
 
 
 @pytest.mark.slow
-def test_a_checkpoint_of_other_settings_is_never_resumed(tmp_path):
-    """
-    A flag changed and the table stopped before the new training's first checkpoint, while the
-    old settings' checkpoint was still there: the next run trains afresh, to a fresh run's params.
-    """
-    fresh = assignment_copy(tmp_path / "fresh")
-    command, environment = table_command("--dropout", "0.05")
-    with subprocess.Popen(command, cwd=fresh, env=environment, **QUIET) as fresh_run:  # beside the rest
-        folder = assignment_copy(tmp_path / "stale")
-        checkpoint = folder / "vanilla.pretrain.params.ckpt"
-        killed_table(folder, lambda f: checkpoint.exists())
-        old_key = record(folder, "vanilla.pretrain.params")["key"]
-        new_key = lambda f: record(f, "vanilla.pretrain.params").get("key", old_key) != old_key  # noqa: E731
-        killed_table(folder, new_key, "--dropout", "0.05")
-        done = run_table(folder, "--dropout", "0.05")
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert fresh_run.wait(timeout=DEADLINE) == 0
-    for name in TRAININGS:
-        assert (folder / name).read_bytes() == (fresh / name).read_bytes(), name
+def test_killed_after_a_row_and_in_an_evaluation_it_goes_on_to_the_same_table(sequential, tmp_path):
+    reference, _ = sequential
+    folder = assignment_copy(tmp_path / "killed")
+    first_row_done = lambda f: record(f, "vanilla.nopretrain.test.predictions").get("state") == "done"  # noqa: E731
+    killed_table(folder, first_row_done, "--jobs", "1")
+    first_row = mtimes(folder, "vanilla.model.params", "vanilla.nopretrain.dev.predictions")
+    in_frames = lambda f: record(f, "vanilla.frames.dev.predictions").get("state") == "started"  # noqa: E731
+    killed_table(folder, in_frames, "--jobs", "1")
+    trained = mtimes(folder, "vanilla.pretrain.params", "vanilla.finetune.params")
+    done = run_table(folder, "--jobs", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        "== vanilla without pretraining: kept: its params and predictions were written earlier with the same settings"
+        in done.stderr.splitlines()
+    )
+    assert mtimes(folder, "vanilla.model.params", "vanilla.nopretrain.dev.predictions") == first_row
+    assert mtimes(folder, "vanilla.pretrain.params", "vanilla.finetune.params") == trained
+    assert table_cells(folder) == table_cells(reference)
+    assert not [path for pattern in LEFT_BEHIND for path in folder.rglob(pattern)]
 
 
 @pytest.mark.slow
-def test_a_failed_row_is_named_in_one_line_and_the_others_finish(tmp_path):
-    folder = assignment_copy(tmp_path / "failing")
-    done = run_table(folder, "--bottleneck_dim", "200", VARIANTS="perceiver")  # more latents than positions
-    assert done.returncode == 1
-    assert done.stderr.splitlines().count("run.sh: perceiver with pretraining failed: see logs/perceiver.pretrain.log")
-    assert "bottleneck_dim 200" in (folder / "logs" / "perceiver.pretrain.log").read_text(encoding="utf-8")
-    rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()
-    failed = "failed: see logs/perceiver.pretrain.log"
-    assert rows[4] == f"| perceiver with pretraining | {failed} | {failed} |  |  |", rows
-    assert rows[3].startswith("| vanilla without pretraining | ") and "failed" not in rows[3]
-
-
-def test_bad_input_is_one_line_and_nothing_runs(tmp_path):
-    folder = assignment_copy(tmp_path / "bad")
-    jobs = "run.sh: error: argument --jobs: takes a positive number of rows to run at once, got '0'"
-    for args, env, said in [
-        (["--pretrain_epochs", "x"], {}, "run.sh: error: argument --pretrain_epochs: 'x' is not an int"),
-        (["--jobs", "0"], {}, jobs),
-        ([], {"VARIANTS": "vanilla gpt"}, "run.sh: error: VARIANTS: unknown variant 'gpt'"),
-        ([], {"REMOVE": "birth_dev.tsv"}, "run.sh: birth_dev.tsv is neither here nor in data/: see data/README.md"),
-    ]:
-        if env.pop("REMOVE", None):
-            (folder / "data" / "birth_dev.tsv").unlink()
-        command = ["bash", str(folder / "run.sh"), *args]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
-        assert done.returncode == 2 and done.stderr.strip().startswith(said), done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1
-    assert sorted(p.name for p in folder.iterdir()) == ["data", "run.sh", "src"]
+def test_side_by_side_killed_in_a_training_resumes_it_to_the_same_table(sequential, tmp_path):
+    reference, _ = sequential
+    folder = assignment_copy(tmp_path / "jobs")
+    killed_table(folder, lambda f: (f / "vanilla.pretrain.params.ckpt").exists(), "--jobs", "2")
+    done = run_table(folder, "--jobs", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "== 2 rows at a time, 1 thread(s) each; their logs in logs/" in done.stderr
+    assert "resuming from vanilla.pretrain.params.ckpt" in (folder / "logs" / "vanilla.pretrain.log").read_text()
+    # resumed exactly, side by side: the one-at-a-time table, digests and scores alike
+    assert table_cells(folder)[1]["rows"] == table_cells(reference)[1]["rows"]
+    for name in TRAININGS:
+        assert (folder / name).read_bytes() == (reference / name).read_bytes(), name
 
 
 def collect(folder, *args):

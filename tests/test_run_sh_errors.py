@@ -1,0 +1,98 @@
+"""run.sh's table stopped, given a changed flag after a stop, a row that fails, or bad input."""
+
+import contextlib
+import os
+import signal
+import subprocess
+
+import pytest
+
+from tables import (
+    DEADLINE,
+    QUIET,
+    TRAININGS,
+    assignment_copy,
+    killed_table,
+    record,
+    run_table,
+    table_command,
+    wait_for,
+)
+
+
+@pytest.mark.slow
+def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(tmp_path):
+    """SIGINT to the table alone (a notebook's stop, Ctrl-C): each running row stops cleanly, and the table says so."""
+    folder = assignment_copy(tmp_path / "stopped")
+    longer = ["--pretrain_epochs", "4", "--finetune_epochs_from_scratch", "100"]  # both rows still training
+    command, environment = table_command("--jobs", "2", *longer)
+    with subprocess.Popen(command, cwd=folder, env=environment, start_new_session=True, stderr=subprocess.PIPE,
+                          text=True) as process:  # fmt: skip
+        try:
+            wait_for(lambda: (folder / "vanilla.pretrain.params.ckpt").exists(), process)
+            process.send_signal(signal.SIGINT)
+            said = process.communicate(timeout=DEADLINE)[1]
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # whatever the table left running
+                os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, said[-2000:]
+    assert said.rstrip().endswith("\nrun.sh: stopped; run the same command again to go on where it stopped")
+    for log in ("vanilla.pretrain.log", "vanilla.nopretrain.log"):
+        assert "stopped by SIGINT" in (folder / "logs" / log).read_text(encoding="utf-8"), log
+    assert (folder / "vanilla.pretrain.params.ckpt").exists() and not (folder / "results.md").exists()
+    done = run_table(folder, "--jobs", "2", *longer)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from vanilla.pretrain.params.ckpt" in (folder / "logs" / "vanilla.pretrain.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_other_settings_is_never_resumed(tmp_path):
+    """
+    A flag changed and the table stopped before the new training's first checkpoint, while the
+    old settings' checkpoint was still there: the next run trains afresh, to a fresh run's params.
+    """
+    fresh = assignment_copy(tmp_path / "fresh")
+    command, environment = table_command("--dropout", "0.05")
+    with subprocess.Popen(command, cwd=fresh, env=environment, **QUIET) as fresh_run:  # beside the rest
+        folder = assignment_copy(tmp_path / "stale")
+        checkpoint = folder / "vanilla.pretrain.params.ckpt"
+        killed_table(folder, lambda f: checkpoint.exists())
+        old_key = record(folder, "vanilla.pretrain.params")["key"]
+        new_key = lambda f: record(f, "vanilla.pretrain.params").get("key", old_key) != old_key  # noqa: E731
+        killed_table(folder, new_key, "--dropout", "0.05")
+        done = run_table(folder, "--dropout", "0.05")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert fresh_run.wait(timeout=DEADLINE) == 0
+    for name in TRAININGS:
+        assert (folder / name).read_bytes() == (fresh / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_a_failed_row_is_named_in_one_line_and_the_others_finish(tmp_path):
+    folder = assignment_copy(tmp_path / "failing")
+    done = run_table(folder, "--bottleneck_dim", "200", VARIANTS="perceiver")  # more latents than positions
+    assert done.returncode == 1
+    assert done.stderr.splitlines().count("run.sh: perceiver with pretraining failed: see logs/perceiver.pretrain.log")
+    assert "bottleneck_dim 200" in (folder / "logs" / "perceiver.pretrain.log").read_text(encoding="utf-8")
+    rows = (folder / "results.md").read_text(encoding="utf-8").splitlines()
+    failed = "failed: see logs/perceiver.pretrain.log"
+    assert rows[4] == f"| perceiver with pretraining | {failed} | {failed} |  |  |", rows
+    assert rows[3].startswith("| vanilla without pretraining | ") and "failed" not in rows[3]
+
+
+def test_bad_input_is_one_line_and_nothing_runs(tmp_path):
+    folder = assignment_copy(tmp_path / "bad")
+    jobs = "run.sh: error: argument --jobs: takes a positive number of rows to run at once, got '0'"
+    for args, env, said in [
+        (["--pretrain_epochs", "x"], {}, "run.sh: error: argument --pretrain_epochs: 'x' is not an int"),
+        (["--jobs", "0"], {}, jobs),
+        ([], {"VARIANTS": "vanilla gpt"}, "run.sh: error: VARIANTS: unknown variant 'gpt'"),
+        ([], {"REMOVE": "birth_dev.tsv"}, "run.sh: birth_dev.tsv is neither here nor in data/: see data/README.md"),
+    ]:
+        if env.pop("REMOVE", None):
+            (folder / "data" / "birth_dev.tsv").unlink()
+        command = ["bash", str(folder / "run.sh"), *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+        assert done.returncode == 2 and done.stderr.strip().startswith(said), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in folder.iterdir()) == ["data", "run.sh", "src"]
