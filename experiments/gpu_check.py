@@ -1,6 +1,6 @@
 """
-The checks that need a CUDA GPU, for one call of a lent GPU machine, from the repository root with
-the assignment's four files in data/ (on a loan: copied there and carried):
+The checks that need a CUDA GPU, for one command on a GPU machine that returns what it writes under
+OUT, from the repository root with the assignment's four files in data/ (copied there and carried):
 
     python experiments/gpu_check.py OUT [--parts table cuda_tests ...] [--deadline 480]
         [--table_flags "--precision tf32"] [--run_flags FLAGS] [--variants V ...]
@@ -470,7 +470,7 @@ RUNS = {run.__name__: run for run in (table, cuda_tests, demo, suite, paces, han
 
 def header(check):
     """The summary's first lines: when, which commit, which GPU, torch and CUDA."""
-    try:  # a loan's copy of the working tree may have no git
+    try:  # a copy of the working tree may have no git
         git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True)
         commit = git.stdout.decode().strip() or "unknown"
     except OSError:
@@ -520,7 +520,7 @@ def parse_args(argv):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("out", help="the folder whose files come back (a loan's $OUT)")
+    parser.add_argument("out", help="the folder whose files come back from the GPU machine")
     parts = dict(choices=RUNS, default=["table"], metavar="PART")
     order = f"in this order, of {', '.join(RUNS)} (default: table)"
     parser.add_argument("--parts", nargs="+", **parts, help=order)
