@@ -9,6 +9,7 @@ import logging
 import math
 import shlex
 import sys
+import textwrap
 
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -63,6 +64,7 @@ class Retired(argparse.Action):
 
 
 METAVARS = {int: "N", str: "TEXT", tuple: "STAGES"}  # and X for a number that may have decimals
+HELP_WIDTH = 100  # --help's end, the recipes' values, wrapped to it
 
 
 def recipe_type(field):
@@ -115,9 +117,12 @@ def recipe_epilog():
     lines = [f"recipe settings, {' / '.join(RECIPES)}:"]
     for field in dataclasses.fields(Recipe):
         values = [getattr(recipe, field.name) for recipe in RECIPES.values()]
-        shown = [str(v) if not isinstance(v, tuple) else repr("; ".join(map(str, v))) for v in values]
-        lines.append(f"  --{field.name} " + (shown[0] if len(set(shown)) == 1 else " / ".join(shown)))
+        shown = [repr("; ".join(map(str, v))) if isinstance(v, tuple) else str(v) or "''" for v in values]
+        line = f"  --{field.name} " + (shown[0] if len(set(shown)) == 1 else " / ".join(shown))
+        lines += textwrap.wrap(line, HELP_WIDTH, subsequent_indent=" " * 6, break_on_hyphens=False)
     needs = [f"  {function}: {' '.join('--' + n for n in names)}" for function, names in REQUIRED.items()]
+    # the frames readout is fitted on the training people (inputs.check_frames_inputs)
+    needs.append("  evaluate --readout frames: --finetune_corpus_path as well")
     return "\n".join(lines + ["", "flags each function needs:", *needs])
 
 
@@ -142,10 +147,17 @@ def build_parser(prog="run.py", description=None):
     p.add_argument("--outputs_path", help="where to write one predicted place per line")
     p.add_argument("--mix_corpus_path", help="pretrain: question<TAB>place pairs, the stages' pairs (see Stage)")
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
-    p.add_argument("--recipe", choices=list(RECIPES), default="handout", help="the named settings (src/config.py)")
+    p.add_argument(
+        "--recipe",
+        choices=list(RECIPES),
+        default="handout",
+        help="the named settings (src/config.py; default: handout)",
+    )
     c = p.add_argument_group("run control")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--device", choices=DEVICES, default="auto")
+    c.add_argument("--seed", type=int, default=0, help="seeds the model, the data's order and draws (default: 0)")
+    c.add_argument(
+        "--device", choices=DEVICES, default="auto", help="auto: cuda, else mps, else cpu, the first there is (default)"
+    )
     c.add_argument(
         "--num_workers",
         type=int,

@@ -115,7 +115,7 @@ class Recipe:
     finetune_lr_from_scratch: Optional[float] = setting()  # the peak rate without pretrained params (None: finetune_lr)
     finetune_frozen: str = setting("")  # parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)
     finetune_lm_weight: float = setting(0.0, at_least_zero=True, trainer="finetuning")  # GPT-1's auxiliary loss weight
-    finetune_people: str = setting(choices=("all", "biography", "name"))  # from params: or those they recall
+    finetune_people: str = setting(choices=("all", "biography", "name"))  # all, or only the people the params recall
     finetune_lora_rank: int = setting(0, at_least_zero=True)  # from params: train rank-r adapters of the Linear weights
     warmup_tokens: int = setting(512 * 20, at_least_zero=True, trainer="training")  # the rate's linear warmup (tokens)
     decay_epochs: int = setting(200, stage="decay_epochs")  # the cosine's half period, in epochs
@@ -132,7 +132,7 @@ class Recipe:
     sequential_decoding: bool = setting(False)  # evaluate one question at a time without a KV cache (speed)
     readout: str = setting(choices=("question", "frames"), reading=True)  # how evaluate asks
     readout_frames: int = setting(4, reading=True)  # frames readout: how many frames write candidate places
-    readout_choice: str = setting(choices=("learned", "summed"), reading=True)  # choice.py's, or the likeliest
+    readout_choice: str = setting(choices=("learned", "summed"), reading=True)  # fitted on training people, or the sum
     readout_biography: int = setting(0, at_least_zero=True, reading=True)  # frames: N places its own biography names
 
     def __post_init__(self):

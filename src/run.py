@@ -1,7 +1,8 @@
 """
 The command line of the assignment:
 
-    python src/run.py {pretrain,finetune,evaluate} {vanilla,perceiver,synthesizer,rope} PRETRAIN_CORPUS_PATH [flags]
+    python src/run.py {pretrain,finetune,evaluate} {vanilla,perceiver,synthesizer,rope} \\
+        PRETRAIN_CORPUS_PATH [flags]
 
 pretrain trains the model on the corpus with span corruption, finetune on --finetune_corpus_path's
 birthplace pairs, and evaluate answers --eval_corpus_path's questions; the vocabulary always
