@@ -11,7 +11,7 @@ stages' "pairs", finetuning, and the figures the demo prints, as one JSON line.
 never seen, scored after finetuning on the rest): the split to choose settings on.
 --split dev finetunes on every training person and scores the dev people: for the chosen
 settings, once. The recipe is the demo's (run.sh demo: config.RECIPES["demo"] with
-config.DEMO_VARIANT; the world is world.DEMO_WORLD) with the flags given, so that a winner
+config.DEMO_VARIANT; the world is config.DEMO_WORLD) with the flags given, so that a winner
 can become it; the row names the fields that differ from it. Besides the accuracies, the
 row says how many scored birthplaces the pretrained model completes from the biography and
 from the name (evaluation.PROBES), and how many questions it answers before any finetuning
@@ -34,7 +34,7 @@ import src_path  # noqa: F401
 import pipeline
 import world
 from arguments import add_recipe_flags, exit_status
-from config import DEMO_VARIANT, RECIPES, Recipe
+from config import DEMO_VARIANT, DEMO_WORLD, RECIPES, Recipe
 from distributed import exit_process
 from errors import RunError
 from evaluation import PROBES, probed_recall
@@ -144,7 +144,7 @@ def main(argv=None):
     parser.add_argument("--split", choices=["tune", "dev"], required=True)
     parser.add_argument("--variant", choices=VARIANTS, default=DEMO_VARIANT)
     parser.add_argument("--scratch", action="store_true", help="also finetune without pretraining")
-    parser.add_argument("--world", default=world.DEMO_WORLD, help="world.py's flags (default: the demo's)")
+    parser.add_argument("--world", default=DEMO_WORLD, help="world.py's flags (default: the demo's)")
     parser.add_argument("--out", required=True, help="folder for the world, params and predictions")
     add_recipe_flags(parser)
     args = parser.parse_args(argv)

@@ -6,8 +6,8 @@ DEMO_VARIANT is pretrained on their biographies with the demo recipe, then asked
 questions in the biographies' own words (or, with --readout question in DEMO_FLAGS, finetuned and
 asked the question), against the handout's question asked of the same params, finetuning without
 pretraining and the most frequent training birthplace. The dev people's questions are never trained
-on. DEMO_SEED seeds the world and the training; DEMO_WORLD (world.py's flags) and DEMO_FLAGS
-(run.py's) shrink it.
+on. DEMO_SEED seeds the world and the training; DEMO_WORLD (world.py's flags; by default
+config.DEMO_WORLD) and DEMO_FLAGS (run.py's) shrink it.
 """
 
 import contextlib
@@ -20,7 +20,7 @@ from pathlib import Path
 import pipeline
 import world
 from arguments import exit_status
-from config import DEMO_VARIANT
+from config import DEMO_VARIANT, DEMO_WORLD
 from london_baseline import most_frequent_place
 from questions import read_question_file, score_line
 from run_config import RunConfig
@@ -113,7 +113,7 @@ def main(argv):
         )
         return 2
     folder = Path(os.environ.get("DEMO_DIR", "demo"))
-    world_flags = shlex.split(os.environ.get("DEMO_WORLD", world.DEMO_WORLD))
+    world_flags = shlex.split(os.environ.get("DEMO_WORLD", DEMO_WORLD))
     flags = shlex.split(os.environ.get("DEMO_FLAGS", ""))
     seed = int(os.environ.get("DEMO_SEED", "0"))
     logging.getLogger(__name__).setLevel(logging.INFO)

@@ -96,7 +96,8 @@ class Trainer:
     """Trains `model` on `train_dataset` (pairs of Long tensors x, y); reports the loss on `test_dataset` if given."""
 
     def __init__(self, model, train_dataset, test_dataset, config):
-        self.config, c = config, config
+        self.config = config
+        c = config
         self.device = pick_device(c.device)
         self.model = model.to(self.device)
         self.train_dataset, self.test_dataset = train_dataset, test_dataset

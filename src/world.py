@@ -47,10 +47,6 @@ FIRST_NAMES = len(STEMS) * len(FIRST_ENDINGS)
 NAME_CAPACITY = FIRST_NAMES * len(STEMS) * len(LAST_ENDINGS)  # distinct (first, last) pairs
 PLACE_CAPACITY = len(STEMS) * len(PLACE_SUFFIXES)
 MIDDLE_NAME_RATE = 0.2
-# run.sh demo's world (docs/demo.md says why): 50 dev people, so that accuracies move in steps of 2%; 25
-# training people, enough to mine frames from, and few, since every biography costs pretraining time;
-# 60 places, so that the most frequent one is a weak baseline; five biographies a person
-DEMO_WORLD = "--n_train 25 --n_dev 50 --n_test 1 --n_places 60 --bios_per_person 5 --shuffle_sentences --full_names"
 
 ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s
 

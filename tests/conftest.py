@@ -36,7 +36,8 @@ RUN_PY = str(ROOT / "src" / "run.py")
 # Under pytest-xdist (pytest.ini: a worker per core) the workers share the threads of the run
 # (OMP_NUM_THREADS, else the cores this process may use, which in a container are fewer than
 # os.cpu_count() says): each trains, and the commands it runs train, with its share.
-# More threads than cores (two workers of two threads on two cores) kept a 5-second fixture busy for minutes.
+# More threads than cores (two workers of two threads on two cores) slow every training to a crawl:
+# its threads wait on each other.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     from run_config import available_cores
 
