@@ -20,7 +20,6 @@ import contextlib
 import ctypes
 import dataclasses
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -43,8 +42,6 @@ from model import VARIANTS
 from questions import read_question_file, score_line
 from run_config import available_cores, cuda_num_workers
 from steps import LOGS, Step, run_steps
-
-logger = logging.getLogger(__name__)
 
 DATA = ("wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv")
 WIKI, TRAIN, DEV, TEST = DATA
@@ -86,25 +83,34 @@ def readout_steps(variant, params, prefix, readout, flags):
     return steps
 
 
+def training(name, function, variant, flags, params, *inputs):
+    """A pretraining or finetuning step of the table, writing `params`."""
+    argv = [function, variant, WIKI, *flags, *inputs, "--writing_params_path", params]
+    return Step(name, argv, params)
+
+
 def table_rows(variants, flags):
     """Vanilla finetuned without pretraining, then each variant pretrained and read out both ways."""
-    finetune = ["--finetune_corpus_path", TRAIN]
-    scratch = Step("finetuning", ["finetune", "vanilla", WIKI, *flags, "--writing_params_path", "vanilla.model.params",
-                                  *finetune], "vanilla.model.params")  # fmt: skip
-    rows = [Row("vanilla without pretraining", "vanilla.nopretrain", [scratch])]
-    rows[0].steps += readout_steps("vanilla", scratch.output, "vanilla.nopretrain", "question", flags)
+    pairs = ["--finetune_corpus_path", TRAIN]
+    scratch = "vanilla.model.params"
+    rows = [
+        Row("vanilla without pretraining", "vanilla.nopretrain", [
+            training("finetuning", "finetune", "vanilla", flags, scratch, *pairs),
+            *readout_steps("vanilla", scratch, "vanilla.nopretrain", "question", flags),
+        ])
+    ]  # fmt: skip
     for variant in variants:
         # the handout's perceiver commands pass its bottleneck; flags given win
         own = ["--bottleneck_dim", str(HANDOUT_BOTTLENECK_DIM)] if variant == "perceiver" else []
         pretrained, finetuned = f"{variant}.pretrain.params", f"{variant}.finetune.params"
-        steps = [Step("pretraining", ["pretrain", variant, WIKI, *own, *flags, "--writing_params_path", pretrained],
-                      pretrained)]  # fmt: skip
-        steps.append(Step("finetuning", ["finetune", variant, WIKI, *own, *flags, "--reading_params_path", pretrained,
-                                         "--writing_params_path", finetuned, *finetune], finetuned))  # fmt: skip
-        # the course's names: <variant>.pretrain.<split>.predictions come from the finetuned params
-        steps += readout_steps(variant, finetuned, f"{variant}.pretrain", "question", [*own, *flags])
-        steps += readout_steps(variant, pretrained, f"{variant}.frames", "frames", [*own, *flags])
-        rows.append(Row(f"{variant} with pretraining", f"{variant}.pretrain", steps))
+        rows.append(Row(f"{variant} with pretraining", f"{variant}.pretrain", [
+            training("pretraining", "pretrain", variant, [*own, *flags], pretrained),
+            training("finetuning", "finetune", variant, [*own, *flags], finetuned,
+                     "--reading_params_path", pretrained, *pairs),
+            # the course's names: <variant>.pretrain.<split>.predictions, from the finetuned params
+            *readout_steps(variant, finetuned, f"{variant}.pretrain", "question", [*own, *flags]),
+            *readout_steps(variant, pretrained, f"{variant}.frames", "frames", [*own, *flags]),
+        ]))  # fmt: skip
     return rows
 
 
