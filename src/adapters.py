@@ -1,7 +1,8 @@
 """
-Low-rank adapters (LoRA, Hu et al. 2021) for a lighter finetuning (Recipe.finetune_lora_rank): every Linear
-weight W is trained as W + B A, W frozen and B zero at first, so that finetuning starts from the pretrained
-model. merge() folds B A into W, so that the params file is a plain state_dict like every other.
+Low-rank adapters (LoRA, Hu et al. 2021) for a lighter finetuning (Recipe.finetune_lora_rank): every
+Linear weight W is trained as W + B A, W frozen and B zero at first, so that finetuning starts from
+the pretrained model. merge() folds B A into W, so that the params file is a plain state_dict like
+every other.
 """
 
 import math
@@ -20,7 +21,9 @@ class LowRankDelta(nn.Module):
         # drawn by the CPU's generator, then put where the weight is (a model already on its device)
         a = torch.randn(rank, in_features, dtype=weight.dtype) / math.sqrt(in_features)
         self.A = nn.Parameter(a.to(weight.device))
-        self.B = nn.Parameter(torch.zeros(out_features, rank, dtype=weight.dtype, device=weight.device))
+        self.B = nn.Parameter(
+            torch.zeros(out_features, rank, dtype=weight.dtype, device=weight.device)
+        )
 
     def forward(self, weight):
         return weight + self.B @ self.A
@@ -32,7 +35,9 @@ def add(model, rank):
         parameter.requires_grad_(False)
     for module in model.modules():
         if isinstance(module, nn.Linear):
-            parametrize.register_parametrization(module, "weight", LowRankDelta(module.weight, rank))
+            parametrize.register_parametrization(
+                module, "weight", LowRankDelta(module.weight, rank)
+            )
 
 
 def merge(model):

@@ -1,6 +1,7 @@
 """
 run.py's command line as a run_config.RunConfig, with a flag for every Recipe field made from its
-type, default and comment. exit_status turns the one error type, RunError, into one line and exit code 2.
+type, default and help. exit_status turns the one error type, RunError, into one line and exit code
+2.
 """
 
 import argparse
@@ -19,7 +20,7 @@ from distributed import DEVICES, launch_rank
 from errors import RunError
 from model import VARIANTS
 from run_config import CUDA_CHECKPOINT_MINUTES, FUNCTIONS, REQUIRED, RunConfig
-from setting_fields import field_comments, parse_value
+from setting_fields import parse_value
 from trainer import TrainingInterrupted
 
 
@@ -68,7 +69,10 @@ HELP_WIDTH = 100  # --help's end, the recipes' values, wrapped to it
 
 
 def recipe_type(field):
-    """argparse's type for a Recipe field: its text parsed as the stages or a plain value, errors in one line."""
+    """
+    argparse's type for a Recipe field: its text parsed as the stages or a plain value, errors in
+    one line.
+    """
     kind = float if "float" in str(field.type) else field.type
 
     def parse(text):
@@ -86,9 +90,8 @@ def add_recipe_flags(parser):
     group = parser.add_argument_group(
         f"recipe settings (default: --recipe's; --help's end lists {' / '.join(RECIPES)})"
     )
-    comments = field_comments(Recipe)
     for field in dataclasses.fields(Recipe):
-        kwargs = dict(default=argparse.SUPPRESS, help=comments.get(field.name))
+        kwargs = dict(default=argparse.SUPPRESS, help=field.metadata["help"])
         if field.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif field.metadata["choices"]:
@@ -99,12 +102,19 @@ def add_recipe_flags(parser):
 
 
 def recipe_fields_given(args):
-    """The recipe fields set on the command line that add_recipe_flags' parser read, with their values."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)}
+    """
+    The recipe fields set on the command line that add_recipe_flags' parser read, with their values.
+    """
+    return {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(Recipe) if hasattr(args, f.name)
+    }
 
 
 def given_recipe(parser, args, base):
-    """`base` with the recipe fields given on the command line put in, and those fields; a bad mix exits in one line."""
+    """
+    `base` with the recipe fields given on the command line put in, and those fields; a bad mix
+    exits in one line.
+    """
     given = recipe_fields_given(args)
     try:
         return dataclasses.replace(base, **given), given
@@ -117,10 +127,14 @@ def recipe_epilog():
     lines = [f"recipe settings, {' / '.join(RECIPES)}:"]
     for field in dataclasses.fields(Recipe):
         values = [getattr(recipe, field.name) for recipe in RECIPES.values()]
-        shown = [repr("; ".join(map(str, v))) if isinstance(v, tuple) else str(v) or "''" for v in values]
+        shown = [
+            repr("; ".join(map(str, v))) if isinstance(v, tuple) else str(v) or "''" for v in values
+        ]
         line = f"  --{field.name} " + (shown[0] if len(set(shown)) == 1 else " / ".join(shown))
         lines += textwrap.wrap(line, HELP_WIDTH, subsequent_indent=" " * 6, break_on_hyphens=False)
-    needs = [f"  {function}: {' '.join('--' + n for n in names)}" for function, names in REQUIRED.items()]
+    needs = [
+        f"  {function}: {' '.join('--' + n for n in names)}" for function, names in REQUIRED.items()
+    ]
     # the frames readout is fitted on the training people (inputs.check_frames_inputs)
     needs.append("  evaluate --readout frames: --finetune_corpus_path as well")
     return "\n".join(lines + ["", "flags each function needs:", *needs])
@@ -137,15 +151,21 @@ def build_parser(prog="run.py", description=None):
     )
     p.add_argument("function", choices=FUNCTIONS)
     p.add_argument("variant", choices=VARIANTS)
-    p.add_argument("pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary")
     p.add_argument(
-        "--reading_params_path", help="params to start from (finetune, or pretrain to go on pretraining) or to evaluate"
+        "pretrain_corpus_path", help="the pretraining corpus; its characters are the vocabulary"
+    )
+    p.add_argument(
+        "--reading_params_path",
+        help="params to start from (finetune, or pretrain to go on pretraining) or to evaluate",
     )
     p.add_argument("--writing_params_path", help="where to save the trained params")
     p.add_argument("--finetune_corpus_path", help="question<TAB>place pairs to finetune on")
     p.add_argument("--eval_corpus_path", help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", help="where to write one predicted place per line")
-    p.add_argument("--mix_corpus_path", help="pretrain: question<TAB>place pairs, the stages' pairs (see Stage)")
+    p.add_argument(
+        "--mix_corpus_path",
+        help="pretrain: question<TAB>place pairs, the stages' pairs (see Stage)",
+    )
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name, under expt/")
     p.add_argument(
         "--recipe",
@@ -154,35 +174,61 @@ def build_parser(prog="run.py", description=None):
         help="the named settings (src/config.py; default: handout)",
     )
     c = p.add_argument_group("run control")
-    c.add_argument("--seed", type=int, default=0, help="seeds the model, the data's order and draws (default: 0)")
     c.add_argument(
-        "--device", choices=DEVICES, default="auto", help="auto: cuda, else mps, else cpu, the first there is (default)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the model, the data's order and draws (default: 0)",
+    )
+    c.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="auto: cuda, else mps, else cpu, the first there is (default)",
     )
     c.add_argument(
         "--num_workers",
         type=int,
         choices=range(0, 65),
         metavar="N",
-        help="DataLoader worker processes (default: with CUDA, the cores but one, at most 4; else 0)",
+        help="DataLoader worker processes (default: with CUDA, the cores but one, at most 4; "
+        "else 0)",
     )
-    c.add_argument("--resume", action="store_true", help="continue from <writing_params_path>.ckpt if it exists")
+    c.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from <writing_params_path>.ckpt if it exists",
+    )
     c.add_argument(
         "--checkpoint_minutes",
         type=positive_float,
         metavar="N",
-        help="write the checkpoint every N minutes within an epoch too (default: after every epoch only; "
-        f"on CUDA every {CUDA_CHECKPOINT_MINUTES} minutes and at the end instead of after every epoch)",
+        help="write the checkpoint every N minutes within an epoch too (default: after every "
+        f"epoch only; on CUDA every {CUDA_CHECKPOINT_MINUTES} minutes and at the end instead of "
+        "after every epoch)",
     )
-    c.add_argument("--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes")
+    c.add_argument(
+        "--keep_checkpoint", action="store_true", help="keep the checkpoint when training finishes"
+    )
     add_recipe_flags(p)
     for name in RETIRED_FLAGS:
-        p.add_argument(f"--{name}", action=Retired, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument(
+            f"--{name}",
+            action=Retired,
+            nargs="?",
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
     return p
 
 
 def params_parser(description, params_help, prog=None):
-    """The parser of a command that reads one params file, to which the command adds its own arguments."""
-    parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """
+    The parser of a command that reads one params file, to which the command adds its own arguments.
+    """
+    parser = OneLineParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("variant", choices=VARIANTS)
     parser.add_argument("pretrain_corpus_path", help="the pretraining corpus (the vocabulary)")
     parser.add_argument("--reading_params_path", required=True, help=params_help)
@@ -191,7 +237,10 @@ def params_parser(description, params_help, prog=None):
 
 
 def reading_config(args, **more):
-    """The evaluate RunConfig of params_parser's arguments: the params to read, on the device asked for."""
+    """
+    The evaluate RunConfig of params_parser's arguments: the params to read, on the device asked
+    for.
+    """
     return RunConfig(
         "evaluate",
         args.variant,
@@ -203,10 +252,15 @@ def reading_config(args, **more):
 
 
 def parse(argv, parser):
-    """The RunConfig of a run.py command line, and the parsed namespace; a bad one exits with one line and code 2."""
+    """
+    The RunConfig of a run.py command line, and the parsed namespace; a bad one exits with one line
+    and code 2.
+    """
     args = parser.parse_args(argv)
     recipe, given = given_recipe(parser, args, RECIPES[args.recipe])
-    run = {name: value for name, value in vars(args).items() if name in RunConfig.__dataclass_fields__}
+    run = {
+        name: value for name, value in vars(args).items() if name in RunConfig.__dataclass_fields__
+    }
     command = shlex.join([parser.prog, *argv])
     extra = dict(recipe=recipe, recipe_name=args.recipe, given=frozenset(given), command=command)
     return RunConfig(**run | extra), args
@@ -224,10 +278,12 @@ def exit_status(prog, call):
     for name in ("logs", "pipeline", "steps"):
         logging.getLogger(name).setLevel(logging.INFO)
     try:
-        with logging_redirect_tqdm():  # a line said during training goes above the progress bar, not into it
+        # a line said during training goes above the progress bar, not into it
+        with logging_redirect_tqdm():
             call()
         if torch.distributed.is_initialized():
-            torch.distributed.barrier()  # the ranks leave together, rank 0's files written: no rank tears down alone
+            # the ranks leave together, rank 0's files written: no rank tears down alone
+            torch.distributed.barrier()
     except RunError as e:
         if launch_rank() == 0:
             print(f"{prog}: error: {e}", file=sys.stderr)

@@ -75,7 +75,16 @@ def readout_steps(variant, params, prefix, readout, flags):
     steps = []
     for split, questions in SPLITS.items():
         output = f"{prefix}.{split}.predictions"
-        argv = ["evaluate", variant, WIKI, *flags, "--readout", readout, "--reading_params_path", params]
+        argv = [
+            "evaluate",
+            variant,
+            WIKI,
+            *flags,
+            "--readout",
+            readout,
+            "--reading_params_path",
+            params,
+        ]
         argv += ["--eval_corpus_path", questions, "--outputs_path", output]
         if readout == "frames":  # the frames readout is fitted on the training people
             argv += ["--finetune_corpus_path", TRAIN]
@@ -90,7 +99,9 @@ def training(name, function, variant, flags, params, *inputs):
 
 
 def table_rows(variants, flags):
-    """Vanilla finetuned without pretraining, then each variant pretrained and read out both ways."""
+    """
+    Vanilla finetuned without pretraining, then each variant pretrained and read out both ways.
+    """
     pairs = ["--finetune_corpus_path", TRAIN]
     scratch = "vanilla.model.params"
     rows = [
@@ -157,7 +168,9 @@ class Table:
         return {name: code.result() if code is not None else None for name, code in codes.items()}
 
     def run_row(self, row):
-        """Run a row's process to its end: its exit code (None where the table stopped before it)."""
+        """
+        Run a row's process to its end: its exit code (None where the table stopped before it).
+        """
         if self.stopped.is_set():
             return None
         with self.lock:
@@ -170,7 +183,12 @@ class Table:
             # a session of its own: a stop reaches the row once, from the table (stop below)
             env = dict(self.env, ASSIGNMENT_TABLE=str(os.getpid()))
             process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True
+                command,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+                start_new_session=True,
             )
             with self.lock:
                 self.processes[row.name] = process
@@ -190,7 +208,10 @@ class Table:
 
     @staticmethod
     def follow(row, process, position, log):
-        """A bar for each training of the row, from the epochs its process says; anything else it says, to its log."""
+        """
+        A bar for each training of the row, from the epochs its process says; anything else it says,
+        to its log.
+        """
         bar = None
         for line in process.stdout:
             try:
@@ -204,13 +225,22 @@ class Table:
                     bar.close()
                 # a line each where the terminal can move between them; else they share one
                 where = position if sys.stderr.isatty() else 0
-                bar = tqdm(total=epochs, desc=f"{row.name}: {step}", unit="epoch", position=where, leave=False)
+                bar = tqdm(
+                    total=epochs,
+                    desc=f"{row.name}: {step}",
+                    unit="epoch",
+                    position=where,
+                    leave=False,
+                )
             bar.update(epoch - bar.n)
         if bar is not None:
             bar.close()
 
     def stop(self, signum, frame):
-        """Start no more rows, and pass the signal to the running ones: each training checkpoints and ends."""
+        """
+        Start no more rows, and pass the signal to the running ones: each training checkpoints and
+        ends.
+        """
         self.stopped.set()
         self.signal = signum
         with self.lock:
@@ -224,13 +254,17 @@ def parse_args(argv):
         prog="run.sh",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Any other flag is run.py's, for every training and evaluation: python src/run.py --help.",
+        epilog="Any other flag is run.py's, for every training and evaluation: "
+        "python src/run.py --help.",
         allow_abbrev=False,  # a run.py flag is never taken for a prefix of these
     )
     parser.add_argument(
-        "--jobs", type=positive_jobs, help=f"rows side by side (default: {CPU_JOBS} on a CPU, 1 on CUDA)"
+        "--jobs",
+        type=positive_jobs,
+        help=f"rows side by side (default: {CPU_JOBS} on a CPU, 1 on CUDA)",
     )
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, metavar="VARIANT", help="pretrained variants "
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, metavar="VARIANT",
+                        help="pretrained variants "
                         f"(default: $VARIANTS, else {' '.join(VARIANTS)})")  # fmt: skip
     parser.add_argument("--row", help=argparse.SUPPRESS)  # the row a table's process runs
     args, flags = parser.parse_known_args(argv)
@@ -245,7 +279,9 @@ def parse_args(argv):
 
 def positive_jobs(text):
     if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"takes a positive number of rows to run at once, got '{text}'")
+        raise argparse.ArgumentTypeError(
+            f"takes a positive number of rows to run at once, got '{text}'"
+        )
     return int(text)
 
 
@@ -290,31 +326,48 @@ def end_with_the_table():
 
 
 def run_table(args, flags):
-    """The whole table: the rows not kept run, then results.md and results.json from the steps' records."""
+    """
+    The whole table: the rows not kept run, then results.md and results.json from the steps'
+    records.
+    """
     cuda = torch.cuda.is_available()
     if not cuda:
         flags = ["--recipe", "cpu", *flags]  # first, so that a --recipe among the flags wins
     jobs = args.jobs or (1 if cuda else CPU_JOBS)
     job_flags, env = job_flags_and_env(jobs, cuda)
-    rows = table_rows(args.variants, [*job_flags, *flags])  # a bad flag stops the table here, in one line
+    # a bad flag stops the table here, in one line
+    rows = table_rows(args.variants, [*job_flags, *flags])
     if not cuda:
         say("run.sh: no CUDA GPU: training with --recipe cpu (docs/cpu-recipe.md)")
     london = results.london(read_question_file(resolve_data_path(DEV)))
     Path("london_baseline_accuracy.txt").write_text(score_line(**london) + "\n", encoding="utf-8")
     if jobs > 1:
-        say(f"== {jobs} rows at a time, {env['OMP_NUM_THREADS']} thread(s) each; their logs in {LOGS}/")
+        say(
+            f"== {jobs} rows at a time, {env['OMP_NUM_THREADS']} thread(s) each; "
+            f"their logs in {LOGS}/"
+        )
     table = Table(rows, ["--variants", *args.variants, *job_flags, *flags], jobs, env)
-    stops = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    stops = [
+        s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None
+    ]
     previous = {s: signal.signal(s, table.stop) for s in stops}
     try:
         codes = table.run()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    if table.stopped.is_set() and any(code != 0 and not all_kept(row) for row, code in zip(rows, codes.values())):
-        print("run.sh: stopped; run the same command again to go on where it stopped", file=sys.stderr)
+    if table.stopped.is_set() and any(
+        code != 0 and not all_kept(row) for row, code in zip(rows, codes.values())
+    ):
+        print(
+            "run.sh: stopped; run the same command again to go on where it stopped", file=sys.stderr
+        )
         return 128 + table.signal
-    print(results.write(results.table(london, rows, codes, flags, jobs, available_cores(), table.minutes())))
+    print(
+        results.write(
+            results.table(london, rows, codes, flags, jobs, available_cores(), table.minutes())
+        )
+    )
     return 1 if any(codes.values()) else 0
 
 

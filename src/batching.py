@@ -1,9 +1,9 @@
 """
 How examples become the batches a step trains on, on the CPU.
 
-Every model here is causal and the loss ignores pad targets (id 0), so a batch can be cut after its last real
-target, and split into passes of rows of similar length, without changing its mean loss or gradient (the
-trainer weighs each pass by its share of the batch's targets).
+Every model here is causal and the loss ignores pad targets (id 0), so a batch can be cut after its
+last real target, and split into passes of rows of similar length, without changing its mean loss or
+gradient (the trainer weighs each pass by its share of the batch's targets).
 """
 
 import math
@@ -21,9 +21,9 @@ LENGTH_GROUPING_POOL = 16  # with group_by_length, batches per pool of examples 
 
 def leave_stop_signals_to_the_main_process(worker_id):
     """
-    A DataLoader worker takes SIGTERM as a Ctrl-C and ends quietly, instead of ending the run with the
-    DataLoader's error. The main process, signalled with the process group, stops after its step and writes
-    its checkpoint.
+    A DataLoader worker takes SIGTERM as a Ctrl-C and ends quietly, instead of ending the run with
+    the DataLoader's error. The main process, signalled with the process group, stops after its step
+    and writes its checkpoint.
     """
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
@@ -43,10 +43,10 @@ def to_device(device, t):
 
 class EpochBatches:
     """
-    The global batches (x, y) of an epoch, drawn all at once from a DataLoader or the dataset's corrupt_all,
-    in an order fixed by the epoch's seed. Batches are cut after their last real target unless full_padding
-    keeps the block size, as the course's. fixed_shapes (or a captured step) also pads the short last batch,
-    so that every batch has one shape.
+    The global batches (x, y) of an epoch, drawn all at once from a DataLoader or the dataset's
+    corrupt_all, in an order fixed by the epoch's seed. Batches are cut after their last real target
+    unless full_padding keeps the block size, as the course's. fixed_shapes (or a captured step)
+    also pads the short last batch, so that every batch has one shape.
     """
 
     def __init__(self, dataset, config, device=None):
@@ -64,9 +64,14 @@ class EpochBatches:
             return
         if config.num_workers == 0:
             order = dict(shuffle=True, generator=self.generator)
-        else:  # persistent workers: each example drawn with its own seed (SeededItems), from the epoch's keys
+        else:
+            # persistent workers: each example drawn with its own seed (SeededItems),
+            # from the epoch's keys
             self.keys = EpochKeys(len(dataset))
-            dataset, order = SeededItems(dataset), dict(sampler=self.keys, generator=torch.Generator())
+            dataset, order = (
+                SeededItems(dataset),
+                dict(sampler=self.keys, generator=torch.Generator()),
+            )
         self.loader_settings = dict(
             dataset=dataset,
             batch_size=self.chunk_size,
@@ -79,8 +84,9 @@ class EpochBatches:
 
     def close(self):
         """
-        End the DataLoader's workers now, and leave a fresh DataLoader for any later epoch. Left to the
-        garbage collector, which finds a Trainer in reference cycles, each worker's end waits seconds.
+        End the DataLoader's workers now, and leave a fresh DataLoader for any later epoch. Left to
+        the garbage collector, which finds a Trainer in reference cycles, each worker's end waits
+        seconds.
         """
         if self.ahead is not None:
             self.ahead.thread.join()
@@ -94,21 +100,26 @@ class EpochBatches:
 
     def epoch(self, seed, start=0, next_seed=None):
         """
-        The epoch's batches (B, T) from batch `start` on, drawn with `seed`, on the device (cut ones stay on
-        the host); with workers, epoch `next_seed` is drawn in the background meanwhile.
+        The epoch's batches (B, T) from batch `start` on, drawn with `seed`, on the device (cut ones
+        stay on the host); with workers, epoch `next_seed` is drawn in the background meanwhile.
         """
         ahead, self.ahead = self.ahead, None
-        drawn = ahead.result() if ahead is not None else None  # a draw in the background uses the generator
+        # a draw in the background uses the generator
+        drawn = ahead.result() if ahead is not None else None
         x, y, batches = drawn if ahead is not None and ahead.seed == seed else self.drawn(seed)
         if self.keys is not None and next_seed is not None:
             self.ahead = DrawnAhead(self, next_seed)
-        if not self.cut:  # one copy an epoch; cut batches stay on the host, where their passes are planned
+        # one copy an epoch; cut batches stay on the host, where their passes are planned
+        if not self.cut:
             x, y = to_device(self.device, x), to_device(self.device, y)
         for rows, width in batches[start:]:
             yield x[rows, :width], y[rows, :width]
 
     def drawn(self, seed):
-        """The epoch drawn with `seed`: examples x, y (N, T) on the CPU, and each batch's rows and width, in order."""
+        """
+        The epoch drawn with `seed`: examples x, y (N, T) on the CPU, and each batch's rows and
+        width, in order.
+        """
         self.generator.manual_seed(seed)
         if self.keys is not None:
             self.keys.draw(self.generator)
@@ -119,14 +130,19 @@ class EpochBatches:
             x, y = self.dataset.corrupt_all(order, self.generator)
             chunks = zip(x.split(self.chunk_size), y.split(self.chunk_size))
         xs, ys, batches, size = [], [], [], self.config.batch_size
-        for x, y in chunks:  # each pool bucketed as it comes, the generator drawn in a plain loop's order
+        # each pool bucketed as it comes, the generator drawn in a plain loop's order
+        for x, y in chunks:
             if self.bucketed:
                 offset = sum(map(len, ys))
-                batches += [(rows + offset, n) for rows, n in bucket_rows(real_lengths(y), size, self.generator)]
+                batches += [
+                    (rows + offset, n)
+                    for rows, n in bucket_rows(real_lengths(y), size, self.generator)
+                ]
             xs.append(x)
             ys.append(y)
         x, y = torch.cat(xs), torch.cat(ys)
-        if self.bucketed and not self.cut:  # grouped rows at full width: reordered so that each batch is a slice
+        # grouped rows at full width: reordered so that each batch is a slice
+        if self.bucketed and not self.cut:
             order = torch.cat([rows for rows, _ in batches])
             x, y = x[order], y[order]
         if self.fixed:
@@ -137,7 +153,10 @@ class EpochBatches:
 
 
 class DrawnAhead:
-    """EpochBatches.drawn(seed) run in a thread of its own (its workers do the drawing) while an epoch trains."""
+    """
+    EpochBatches.drawn(seed) run in a thread of its own (its workers do the drawing) while an epoch
+    trains.
+    """
 
     def __init__(self, batches, seed):
         self.seed, self.value, self.error = seed, None, None
@@ -158,7 +177,10 @@ class DrawnAhead:
 
 
 class EpochKeys(Sampler):
-    """The epoch's (index, seed) keys from its generator: the same epoch whichever worker draws it, resumed or not."""
+    """
+    The epoch's (index, seed) keys from its generator: the same epoch whichever worker draws it,
+    resumed or not.
+    """
 
     def __init__(self, size):
         self.size, self.keys = size, []
@@ -176,7 +198,10 @@ class EpochKeys(Sampler):
 
 
 class SeededItems(Dataset):
-    """`dataset` read by (index, seed) keys: each item drawn after seeding Python's random with its seed."""
+    """
+    `dataset` read by (index, seed) keys: each item drawn after seeding Python's random with its
+    seed.
+    """
 
     def __init__(self, dataset):
         self.dataset = dataset
@@ -192,8 +217,9 @@ class SeededItems(Dataset):
 
 def bucket_rows(lengths, batch_size, generator=None):
     """
-    Split a pool of examples with these (N,) real lengths into batches of similar length, each its rows and
-    width, in random order; a short batch of random rows comes last, as a DataLoader's would.
+    Split a pool of examples with these (N,) real lengths into batches of similar length, each its
+    rows and width, in random order; a short batch of random rows comes last, as a DataLoader's
+    would.
     """
     order = torch.randperm(len(lengths), generator=generator)
     n_remainder = len(lengths) % batch_size
@@ -206,18 +232,23 @@ def bucket_rows(lengths, batch_size, generator=None):
 
 
 def padded_rows(x, y, rows):
-    """The batch x, y grown to `rows` rows with pad rows, which have no targets, so that every batch has one shape."""
+    """
+    The batch x, y grown to `rows` rows with pad rows, which have no targets, so that every batch
+    has one shape.
+    """
     missing = rows - len(y)
     if missing <= 0:
         return x, y
-    return torch.cat((x, x.new_zeros(missing, x.size(1)))), torch.cat((y, y.new_zeros(missing, y.size(1))))
+    return torch.cat((x, x.new_zeros(missing, x.size(1)))), torch.cat(
+        (y, y.new_zeros(missing, y.size(1)))
+    )
 
 
 def forward_passes(x, y, size=None, cut=True):
     """
-    A batch as forward passes of `size` rows (None: all) sorted by length, each cut after its last real
-    target; passes without one are left out. A batch that fits in one pass keeps its order, and cut=False
-    leaves it whole.
+    A batch as forward passes of `size` rows (None: all) sorted by length, each cut after its last
+    real target; passes without one are left out. A batch that fits in one pass keeps its order, and
+    cut=False leaves it whole.
     """
     if not cut:
         return [(x, y)]
@@ -234,7 +265,10 @@ def forward_passes(x, y, size=None, cut=True):
 
 
 def rank_rows(x, y, rank, world_size):
-    """This rank's rows (rank, rank + N, ...) of a global batch and whether they count (a spare rank's row does not)."""
+    """
+    This rank's rows (rank, rank + N, ...) of a global batch and whether they count (a spare rank's
+    row does not).
+    """
     if world_size == 1:
         return x, y, True
     rows = torch.arange(len(y))[rank::world_size]

@@ -8,7 +8,8 @@ over each training person's candidates, to pick the person's place.
 
 import torch
 
-FLOOR = -100.0  # a log-probability that cannot be computed (the text beyond the block) counts as this
+# a log-probability that cannot be computed (the text beyond the block) counts as this
+FLOOR = -100.0
 L2 = 0.01  # the penalty on the squared standardised weights
 LBFGS_STEPS = 500  # the most iterations of the fit
 
@@ -18,16 +19,19 @@ def features(scores, written, places):
     A float64 row per candidate place: its log-probability after each scorer frame (floored at
     FLOOR), whether each writer wrote it, and its length.
     """
-    rows = [[*score, *(float(w == place) for w in written), float(len(place))] for score, place in zip(scores, places)]
+    rows = [
+        [*score, *(float(w == place) for w in written), float(len(place))]
+        for score, place in zip(scores, places)
+    ]
     width = (len(scores[0]) if scores else 0) + len(written) + 1
     return torch.tensor(rows, dtype=torch.float64).reshape(len(places), width).clamp(min=FLOOR)
 
 
 def fitted_weights(people_features, rights):
     """
-    A weight per feature, fitted so that a softmax over each person's candidates picks the
-    right one. `rights` holds the index of each person's place among their candidates, or
-    None where it is not there; where it is nowhere, there are no weights and the summed score chooses.
+    A weight per feature, fitted so that a softmax over each person's candidates picks the right
+    one. `rights` holds the index of each person's place among their candidates, or None where it is
+    not there; where it is nowhere, there are no weights and the summed score chooses.
     """
     fitted = [(f, right) for f, right in zip(people_features, rights) if right is not None]
     if not fitted:
@@ -39,13 +43,16 @@ def fitted_weights(people_features, rights):
 
     def loss():
         optimizer.zero_grad()
-        picked = sum(-torch.log_softmax(((f - mean) / scale) @ weights, 0)[right] for f, right in fitted)
+        picked = sum(
+            -torch.log_softmax(((f - mean) / scale) @ weights, 0)[right] for f, right in fitted
+        )
         total = picked / len(fitted) + L2 * weights.pow(2).sum()
         total.backward()
         return total
 
     optimizer.step(loss)
-    return tuple((weights.detach() / scale).tolist())  # on the features as they are: the mean shifts every score alike
+    # on the features as they are: the mean shifts every score alike
+    return tuple((weights.detach() / scale).tolist())
 
 
 def chosen(candidate_features, weights):

@@ -1,7 +1,7 @@
 """
-The two datasets of the assignment, over one character vocabulary: span corruption for pretraining and
-question<TAB>place pairs for finetuning. Id 0 is the pad (the loss ignores it), id 1 the mask, and ids 2.. are
-the sorted characters of the pretraining corpus.
+The two datasets of the assignment, over one character vocabulary: span corruption for pretraining
+and question<TAB>place pairs for finetuning. Id 0 is the pad (the loss ignores it), id 1 the mask,
+and ids 2.. are the sorted characters of the pretraining corpus.
 """
 
 import copy
@@ -20,7 +20,10 @@ MASK_CHAR = "\u2047"
 
 
 def known_characters(text, stoi):
-    """The text without the pad, the mask and the characters the vocabulary lacks, and how many were dropped."""
+    """
+    The text without the pad, the mask and the characters the vocabulary lacks, and how many were
+    dropped.
+    """
     kept = "".join(c for c in text if c in stoi and c not in (PAD_CHAR, MASK_CHAR))
     return kept, len(text) - len(kept)
 
@@ -53,7 +56,9 @@ def name_of(question):
 
 
 def biographies(documents, names):
-    """Each name's biography: the text after "NAME. " in the first corpus line that opens with it."""
+    """
+    Each name's biography: the text after "NAME. " in the first corpus line that opens with it.
+    """
     by_first_word = {}
     for document in documents:
         by_first_word.setdefault(document.split(" ")[0], []).append(document)
@@ -72,15 +77,19 @@ def corpus_lines(text):
 
 
 def longest_shift(block_size):
-    """The most pads max_shift may put before an example: what a longest layout (7/8 of the block, two masks) leaves."""
+    """
+    The most pads max_shift may put before an example: what a longest layout (7/8 of the block, two
+    masks) leaves.
+    """
     return block_size - 2 - int(block_size * 7 / 8)
 
 
 class CharCorruptionDataset(Dataset):
     """
-    Span-corruption examples from the lines of `data`: prefix MASK suffix MASK masked_content PADs, x without
-    its last character and y without its first. max_shift > 0 (0 is the course's) puts a uniform 0..max_shift
-    pads first, so that a name is not always at position 0: a question has it at position 10.
+    Span-corruption examples from the lines of `data`: prefix MASK suffix MASK masked_content PADs,
+    x without its last character and y without its first. max_shift > 0 (0 is the course's) puts a
+    uniform 0..max_shift pads first, so that a name is not always at position 0: a question has it
+    at position 10.
     """
 
     PAD_CHAR = PAD_CHAR
@@ -91,7 +100,9 @@ class CharCorruptionDataset(Dataset):
             raise ValueError(f"block_size must be at least 5, got {block_size}")
         limit = longest_shift(block_size)
         if not 0 <= max_shift <= limit:
-            raise ValueError(f"max_shift must be in 0..{limit} at block size {block_size}, got {max_shift}")
+            raise ValueError(
+                f"max_shift must be in 0..{limit} at block size {block_size}, got {max_shift}"
+            )
         self.max_shift = max_shift
         data = data.replace("\r\n", "\n")  # CRLF files get the vocabulary of their LF twins
         chars = sorted(set(data))
@@ -99,7 +110,8 @@ class CharCorruptionDataset(Dataset):
             if reserved in chars:
                 lineno = data.count("\n", 0, data.index(reserved)) + 1
                 raise ValueError(
-                    f"line {lineno} holds the {name} character U+{ord(reserved):04X}, which the model reserves"
+                    f"line {lineno} holds the {name} character U+{ord(reserved):04X}, "
+                    "which the model reserves"
                 )
         chars = [PAD_CHAR, MASK_CHAR] + chars
         self.stoi = {ch: i for i, ch in enumerate(chars)}
@@ -112,7 +124,10 @@ class CharCorruptionDataset(Dataset):
         return len(self.data)
 
     def with_documents(self, documents, max_shift=0):
-        """A dataset of other documents over this one's vocabulary, which must hold all their characters."""
+        """
+        A dataset of other documents over this one's vocabulary, which must hold all their
+        characters.
+        """
         other = copy.copy(self)
         other.data, other.max_shift = list(documents), max_shift
         other.__dict__.pop("document_ids", None)  # the cached ids were this dataset's documents'
@@ -132,8 +147,9 @@ class CharCorruptionDataset(Dataset):
 
     def corrupt_all(self, order, generator=None):
         """
-        The examples x, y (N, block_size-1) of documents `order`, drawn at once with tensor operations: each
-        row drawn as __getitem__ draws, but from `generator`, not Python's random, so the examples differ.
+        The examples x, y (N, block_size-1) of documents `order`, drawn at once with tensor
+        operations: each row drawn as __getitem__ draws, but from `generator`, not Python's random,
+        so the examples differ.
         """
         ids, lengths = self.document_ids
         ids, lengths = ids[order], lengths[order]
@@ -142,14 +158,17 @@ class CharCorruptionDataset(Dataset):
         n = torch.minimum(truncation, lengths)
         masked_len = 1 + uniform_below((n // 2 - 1).clamp(min=1), generator)
         start = uniform_below(n - masked_len + 1, generator)
-        # output position p holds: the prefix (p < start), MASK, the suffix, MASK, the masked content, pads
+        # output position p holds: the prefix (p < start), MASK, the suffix, MASK,
+        # the masked content, pads
         p = torch.arange(self.block_size).expand(rows, -1)
         if self.max_shift:
             p = p - torch.randint(0, self.max_shift + 1, (rows, 1), generator=generator)
         start, masked_len, n = start[:, None], masked_len[:, None], n[:, None]
         second_mask = n - masked_len + 1
         source = torch.where(
-            p < start, p, torch.where(p <= second_mask, p - 1 + masked_len, p - second_mask - 1 + start)
+            p < start,
+            p,
+            torch.where(p <= second_mask, p - 1 + masked_len, p - second_mask - 1 + start),
         )
         text = ids.gather(1, source.clamp(0, self.max_truncation - 1))
         mask_id, pad_id = self.stoi[MASK_CHAR], self.stoi[PAD_CHAR]
@@ -185,9 +204,9 @@ def uniform_below(high, generator=None):
 
 class NameDataset(Dataset):
     """
-    Finetuning examples from lines "question<TAB>place": x is question MASK place MASK PADs, and y is x
-    shifted by one with pads under the question. Characters the vocabulary lacks, the pad and the mask are
-    dropped (counted in dropped_characters), as evaluation drops them.
+    Finetuning examples from lines "question<TAB>place": x is question MASK place MASK PADs, and y
+    is x shifted by one with pads under the question. Characters the vocabulary lacks, the pad and
+    the mask are dropped (counted in dropped_characters), as evaluation drops them.
     """
 
     def __init__(self, pretraining_dataset, data):
@@ -199,9 +218,14 @@ class NameDataset(Dataset):
         self.data = []
         self.dropped_characters = 0
         for lineno, question, place in question_place_pairs(data):
-            (question, q_dropped), (place, p_dropped) = (known_characters(f, self.stoi) for f in (question, place))
+            (question, q_dropped), (place, p_dropped) = (
+                known_characters(f, self.stoi) for f in (question, place)
+            )
             if len(question) + len(place) + 2 > self.block_size:
-                raise ValueError(f"line {lineno}: question and place are longer than the block size {self.block_size}")
+                raise ValueError(
+                    f"line {lineno}: question and place are longer than the block size "
+                    f"{self.block_size}"
+                )
             self.data.append((question, place))
             self.dropped_characters += q_dropped + p_dropped
 

@@ -1,4 +1,7 @@
-"""Reading answers out of a model: greedy completions, answers to "Where was X born?", and birthplaces recalled."""
+"""
+Reading answers out of a model: greedy completions, answers to "Where was X born?", and birthplaces
+recalled.
+"""
 
 import dataclasses
 import math
@@ -15,9 +18,9 @@ from utils import eval_mode, sample
 @dataclasses.dataclass
 class Decoded:
     """
-    What greedy decoding wrote: ids (B, S) and each one's log-probability, 0 after a row's stop. With top_k,
-    top_ids and top_probs (B, S, k) hold every step's k likeliest ids, the chosen one first, and their
-    probabilities.
+    What greedy decoding wrote: ids (B, S) and each one's log-probability, 0 after a row's stop.
+    With top_k, top_ids and top_probs (B, S, k) hold every step's k likeliest ids, the chosen one
+    first, and their probabilities.
     """
 
     ids: torch.Tensor
@@ -29,9 +32,9 @@ class Decoded:
 @torch.no_grad()
 def greedy_decode_cached(model, x, steps, stop_id, top_k=0):
     """
-    Greedy continuation of x (B, T) by up to `steps` ids with a KVCache, as a Decoded; a row that writes
-    stop_id leaves the batch, and the rest of it is stop_id. Needs T + steps <= block_size, where `sample`
-    never slides its window and writes the same ids.
+    Greedy continuation of x (B, T) by up to `steps` ids with a KVCache, as a Decoded; a row that
+    writes stop_id leaves the batch, and the rest of it is stop_id. Needs T + steps <= block_size,
+    where `sample` never slides its window and writes the same ids.
     """
     cache = KVCache()
     logits, _ = model(x, cache=cache)
@@ -50,14 +53,19 @@ def greedy_decode_cached(model, x, steps, stop_id, top_k=0):
         if top_k:  # the chosen id first (argmax's choice among ties), then the likeliest others
             others = step_logprobs.scatter(1, next_ids[:, None], -math.inf).topk(top_k - 1, dim=-1)
             top_ids[going, step] = torch.cat((next_ids[:, None], others.indices), dim=1)
-            top_probs[going, step] = torch.cat((logprobs[going, step, None], others.values), dim=1).exp()
+            top_probs[going, step] = torch.cat(
+                (logprobs[going, step, None], others.values), dim=1
+            ).exp()
         if step == steps - 1:
             break
         unfinished = next_ids != stop_id
         still_going = int(unfinished.sum())
         if still_going == 0:
             return Decoded(
-                *(t[:, : step + 1] if t is not None else None for t in (generated, logprobs, top_ids, top_probs))
+                *(
+                    t[:, : step + 1] if t is not None else None
+                    for t in (generated, logprobs, top_ids, top_probs)
+                )
             )
         if still_going < len(going):
             going, next_ids = going[unfinished], next_ids[unfinished]
@@ -69,8 +77,9 @@ def greedy_decode_cached(model, x, steps, stop_id, top_k=0):
 @torch.no_grad()
 def read_logprobs(model, x, generated):
     """
-    The log-probabilities (B, S) that the model gives `generated` (B, S) after x (B, T), in one forward pass;
-    NaN where the text does not fit in the block, since there `sample` slid its window.
+    The log-probabilities (B, S) that the model gives `generated` (B, S) after x (B, T), in one
+    forward pass; NaN where the text does not fit in the block, since there `sample` slid its
+    window.
     """
     context = model.get_block_size() - 1
     steps, fits = generated.size(1), x.size(1) + generated.size(1) - 1
@@ -82,12 +91,21 @@ def read_logprobs(model, x, generated):
 
 
 def greedy_completions(
-    model, prompts, corpus, device, steps, stop_char=None, batch_size=256, sequential=False, scored=False
+    model,
+    prompts,
+    corpus,
+    device,
+    steps,
+    stop_char=None,
+    batch_size=256,
+    sequential=False,
+    scored=False,
 ):
     """
-    Greedy continuations of text prompts, `steps` characters each; with scored=True, each paired with its
-    characters' log-probabilities. Prompts of equal length are decoded together with a KV cache, a row
-    stopping at stop_char; sequential=True decodes each alone with `sample`, which writes the same.
+    Greedy continuations of text prompts, `steps` characters each; with scored=True, each paired
+    with its characters' log-probabilities. Prompts of equal length are decoded together with a KV
+    cache, a row stopping at stop_char; sequential=True decodes each alone with `sample`, which
+    writes the same.
     """
     stop_id = corpus.stoi[stop_char] if stop_char is not None else -1
     prompt_ids = [encoded(prompt, corpus.stoi) for prompt in prompts]
@@ -99,7 +117,11 @@ def greedy_completions(
             by_length = {}
             for i, ids in enumerate(prompt_ids):
                 by_length.setdefault(len(ids), []).append(i)
-            batches = [rows[j : j + batch_size] for rows in by_length.values() for j in range(0, len(rows), batch_size)]
+            batches = [
+                rows[j : j + batch_size]
+                for rows in by_length.values()
+                for j in range(0, len(rows), batch_size)
+            ]
         generated = [None] * len(prompt_ids)
         for rows in batches:
             x = torch.tensor([prompt_ids[i] for i in rows], dtype=torch.long, device=device)
@@ -117,16 +139,23 @@ def greedy_completions(
 
 @dataclasses.dataclass
 class Answer:
-    """One answer and how sure the model was of it; NaN scores where the answer could not be read in one block."""
+    """
+    One answer and how sure the model was of it; NaN scores where the answer could not be read in
+    one block.
+    """
 
     text: str
-    logprob: float  # log-probabilities summed over its characters and the one that ended it (MASK or a line break)
+    # log-probabilities summed over its characters and the one that ended it (MASK or a line break)
+    logprob: float
     min_prob: float  # the lowest of those characters' probabilities
     closed: bool  # the model wrote the closing MASK, not a line break, nor ran out of steps
 
 
 def answer_of(completion, logprobs=None):
-    """The Answer in a completion of a question+MASK prompt (see predict_places); NaN scores without logprobs."""
+    """
+    The Answer in a completion of a question+MASK prompt (see predict_places); NaN scores without
+    logprobs.
+    """
     end = re.search(f"[{MASK_CHAR}\r\n]", completion)
     scored = [math.nan] if logprobs is None else logprobs[: end.end()] if end else logprobs
     return Answer(
@@ -137,32 +166,39 @@ def answer_of(completion, logprobs=None):
     )
 
 
-def predict_answers(model, questions, corpus, device, steps=32, batch_size=256, sequential=False, scored=True):
+def predict_answers(
+    model, questions, corpus, device, steps=32, batch_size=256, sequential=False, scored=True
+):
     """
-    An Answer to each "Where was X born?" question: what the model writes after it and a MASK, up to the next
-    MASK or a line break (no place has one, so an answer fits on a line). With sequential=True, scoring costs
-    a forward pass per question; scored=False leaves it out.
+    An Answer to each "Where was X born?" question: what the model writes after it and a MASK, up to
+    the next MASK or a line break (no place has one, so an answer fits on a line). With
+    sequential=True, scoring costs a forward pass per question; scored=False leaves it out.
     """
     prompts = [question + MASK_CHAR for question in questions]
     completions = greedy_completions(
         model, prompts, corpus, device, steps, MASK_CHAR, batch_size, sequential, scored=scored
     )
-    return [answer_of(*completion) if scored else answer_of(completion) for completion in completions]
+    return [
+        answer_of(*completion) if scored else answer_of(completion) for completion in completions
+    ]
 
 
 def predict_places(model, questions, corpus, device, steps=32, batch_size=256, sequential=False):
     """The texts of predict_answers' answers."""
-    answers = predict_answers(model, questions, corpus, device, steps, batch_size, sequential, scored=False)
+    answers = predict_answers(
+        model, questions, corpus, device, steps, batch_size, sequential, scored=False
+    )
     return [answer.text for answer in answers]
 
 
 def recalled_places(model, corpus, pairs, device, prompt=None):
     """
-    Per (question, place) pair, whether the model recalls the birthplace from the corpus, or None where the
-    person could not be probed: the model continues the biography (dataset.biographies) from just before the
-    place, which must lie in its first block_size-1 characters, and recalls it if it writes it next.
-    prompt(name, document_before_place) -> text gives the model other text to continue, to ask where the fact
-    is keyed; its characters outside the vocabulary are dropped, and a prompt left empty raises ValueError.
+    Per (question, place) pair, whether the model recalls the birthplace from the corpus, or None
+    where the person could not be probed: the model continues the biography (dataset.biographies)
+    from just before the place, which must lie in its first block_size-1 characters, and recalls it
+    if it writes it next. prompt(name, document_before_place) -> text gives the model other text to
+    continue, to ask where the fact is keyed; its characters outside the vocabulary are dropped, and
+    a prompt left empty raises ValueError.
     """
     context = model.get_block_size() - 1
     names = []
@@ -176,10 +212,16 @@ def recalled_places(model, corpus, pairs, device, prompt=None):
     for name, (_, place) in zip(names, pairs):
         document = f"{name}. {bios[name]}" if name in bios else ""
         at = document.find(place)
-        can_probe = 0 < at and at + len(place) <= context and all(c in corpus.stoi for c in document[: at + len(place)])
+        can_probe = (
+            0 < at
+            and at + len(place) <= context
+            and all(c in corpus.stoi for c in document[: at + len(place)])
+        )
         if can_probe:
             text = (
-                document[:at] if prompt is None else "".join(c for c in prompt(name, document[:at]) if c in corpus.stoi)
+                document[:at]
+                if prompt is None
+                else "".join(c for c in prompt(name, document[:at]) if c in corpus.stoi)
             )
             if not text:
                 raise ValueError(f"the prompt for {name} has no characters of the vocabulary")
@@ -188,6 +230,8 @@ def recalled_places(model, corpus, pairs, device, prompt=None):
         probed.append(can_probe)
     if not prompts:
         return [None] * len(pairs)
-    completions = greedy_completions(model, prompts, corpus, device, max(len(place) for place in places))
+    completions = greedy_completions(
+        model, prompts, corpus, device, max(len(place) for place in places)
+    )
     recalled = iter(completion.startswith(place) for completion, place in zip(completions, places))
     return [next(recalled) if can_probe else None for can_probe in probed]

@@ -35,22 +35,29 @@ def step(name, argv, output):
 
 
 def demo(folder, seed, world_flags, flags):
-    """The demo's steps in this process, then its lines: what was recalled and asked, and its table."""
+    """
+    The demo's steps in this process, then its lines: what was recalled and asked, and its table.
+    """
     w = folder / "world"
     logger.info("== demo world")
     with contextlib.redirect_stdout(sys.stderr):  # world.py's lines are progress, not the result
         world.main([str(w), *world_flags, "--seed", str(seed)])
-    wiki, train, dev = (str(w / name) for name in ("wiki.txt", "birth_places_train.tsv", "birth_dev.tsv"))
+    wiki, train, dev = (
+        str(w / name) for name in ("wiki.txt", "birth_places_train.tsv", "birth_dev.tsv")
+    )
     common = [DEMO_VARIANT, wiki, "--recipe", "demo", "--seed", str(seed), *flags]
     pretrained = str(folder / "pretrain.params")
-    pretraining = step("pretraining on the biographies", ["pretrain", *common, "--writing_params_path", pretrained],
+    pretraining = step("pretraining on the biographies",
+                       ["pretrain", *common, "--writing_params_path", pretrained],
                        pretrained)  # fmt: skip
     recipe = pretraining.cfg.recipe
     if recipe.trains_on_pairs():
-        pretraining = step("pretraining on the biographies, the training people's questions mixed in",
-                           [*pretraining.argv, "--mix_corpus_path", train], pretrained)  # fmt: skip
+        pretraining = step(
+            "pretraining on the biographies, the training people's questions mixed in",
+            [*pretraining.argv, "--mix_corpus_path", train], pretrained)  # fmt: skip
     run_steps([pretraining])
-    recalled, probed = pipeline.recall(RunConfig("evaluate", DEMO_VARIANT, wiki, reading_params_path=pretrained,
+    recalled, probed = pipeline.recall(RunConfig("evaluate", DEMO_VARIANT, wiki,
+                                                 reading_params_path=pretrained,
                                                  eval_corpus_path=dev))  # fmt: skip
 
     def asked(name, params, readout, output, *more):
@@ -63,30 +70,50 @@ def demo(folder, seed, world_flags, flags):
     steps, read, label = [before], pretrained, "pretrained, asked in the corpus's words"
     if recipe.readout == "question":
         read, label = str(folder / "finetune.params"), "pretrain+finetune"
-        argv = ["finetune", *common, "--reading_params_path", pretrained, "--writing_params_path", read]
-        steps.append(step("finetuning the pretrained model", [*argv, "--finetune_corpus_path", train], read))
-    answered = asked(label, read, recipe.readout, "pretrained.dev.predictions", "--finetune_corpus_path", train)
+        argv = [
+            "finetune",
+            *common,
+            "--reading_params_path",
+            pretrained,
+            "--writing_params_path",
+            read,
+        ]
+        steps.append(
+            step("finetuning the pretrained model", [*argv, "--finetune_corpus_path", train], read)
+        )
+    answered = asked(
+        label, read, recipe.readout, "pretrained.dev.predictions", "--finetune_corpus_path", train
+    )
     scratch_params = str(folder / "scratch.params")
-    scratch = step("finetuning without pretraining", ["finetune", *common, "--writing_params_path", scratch_params,
-                   "--finetune_corpus_path", train], scratch_params)  # fmt: skip
+    scratch = step("finetuning without pretraining",
+                   ["finetune", *common, "--writing_params_path", scratch_params,
+                    "--finetune_corpus_path", train], scratch_params)  # fmt: skip
     scratch_asked = asked("finetune only", scratch_params, "question", "scratch.dev.predictions")
     run_steps([*steps, answered, scratch, scratch_asked])
     rows = read_question_file(dev)
     place = most_frequent_place(train)
     baseline = score_line(len(rows), sum(true_place == place for _, _, true_place in rows))
-    scores = {name: score_line(s.record()["total"], s.record()["correct"]) for name, s in
-              [("before", before), (label, answered), ("finetune only", scratch_asked)]}  # fmt: skip
+    scores = {name: score_line(s.record()["total"], s.record()["correct"])
+              for name, s in [("before", before), (label, answered),
+                              ("finetune only", scratch_asked)]}  # fmt: skip
     scores["most frequent training birthplace"] = baseline
     lines = [
         "",
-        f"pretrained model, continuing the dev people's biographies: {recalled} of {probed} birthplaces recalled",
-        f"pretrained model, asked the handout's question before any finetuning: {cut(scores.pop('before'))}",
+        (
+            "pretrained model, continuing the dev people's biographies: "
+            f"{recalled} of {probed} birthplaces recalled"
+        ),
+        (
+            "pretrained model, asked the handout's question before any finetuning: "
+            f"{cut(scores.pop('before'))}"
+        ),
         "",
         "| run | dev: correct out of total: accuracy |",
         "| --- | --- |",
         *(f"| {name} | {cut(score)} |" for name, score in scores.items()),
         "",
-        "demo result: " + ", ".join(f"{name} {percent(score)}" for name, score in short_names(scores, label)),
+        "demo result: "
+        + ", ".join(f"{name} {percent(score)}" for name, score in short_names(scores, label)),
     ]
     print("\n".join(lines))
 
@@ -102,14 +129,20 @@ def percent(score):
 
 def short_names(scores, label):
     """The result line's names for the table's rows."""
-    names = {label: label, "finetune only": "finetune only", "most frequent training birthplace": "most-frequent-place"}
+    names = {
+        label: label,
+        "finetune only": "finetune only",
+        "most frequent training birthplace": "most-frequent-place",
+    }
     return [(names[name], score) for name, score in scores.items()]
 
 
 def main(argv):
     if argv:
         print(
-            "run.sh: demo takes no arguments (DEMO_WORLD and DEMO_FLAGS shrink it, DEMO_SEED seeds it)", file=sys.stderr
+            "run.sh: demo takes no arguments (DEMO_WORLD and DEMO_FLAGS shrink it, "
+            "DEMO_SEED seeds it)",
+            file=sys.stderr,
         )
         return 2
     folder = Path(os.environ.get("DEMO_DIR", "demo"))

@@ -1,4 +1,7 @@
-"""Devices and processes: the device, this process's rank, torchrun's process group, gathering results, stop signals."""
+"""
+Devices and processes: the device, this process's rank, torchrun's process group, gathering results,
+stop signals.
+"""
 
 import contextlib
 import gc
@@ -10,14 +13,19 @@ import threading
 import torch
 import torch.distributed as dist
 
-DEVICES = ("auto", "cuda", "mps", "cpu")  # what --device takes: "auto" is the first of the others that is available
+# what --device takes: "auto" is the first of the others that is available
+DEVICES = ("auto", "cuda", "mps", "cpu")
 
 
 def pick_device(name="auto"):
     """torch.device for one of DEVICES; a torch.device as is."""
     if isinstance(name, torch.device):
         return name
-    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    available = {
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+        "cpu": True,
+    }
     if name == "auto":
         name = next(device for device, ok in available.items() if ok)
     elif not available[name]:
@@ -31,12 +39,17 @@ def launched_by_torchrun():
 
 
 def launch_rank():
-    """This process's rank as torchrun announces it (0 without torchrun), known before the process group starts."""
+    """
+    This process's rank as torchrun announces it (0 without torchrun), known before the process
+    group starts.
+    """
     return int(os.environ.get("RANK", "0"))
 
 
 def rank_and_world_size():
-    """This process's rank and the number of processes under torch.distributed; 0 and 1 without it."""
+    """
+    This process's rank and the number of processes under torch.distributed; 0 and 1 without it.
+    """
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -44,21 +57,26 @@ def rank_and_world_size():
 
 def start_distributed(device):
     """
-    Join torchrun's process group when launched by torchrun (NCCL on GPUs, gloo on the CPU) and return this
-    rank's device; RuntimeError for a device torchrun cannot use.
+    Join torchrun's process group when launched by torchrun (NCCL on GPUs, gloo on the CPU) and
+    return this rank's device; RuntimeError for a device torchrun cannot use.
     """
     if not launched_by_torchrun():
         return device
-    if dist.is_initialized():  # a second run in the same processes (a research script's finetuning after pretraining)
-        return torch.device("cuda", int(os.environ["LOCAL_RANK"])) if device.type == "cuda" else device
+    # a second run in the same processes (a research script's finetuning after pretraining)
+    if dist.is_initialized():
+        return (
+            torch.device("cuda", int(os.environ["LOCAL_RANK"])) if device.type == "cuda" else device
+        )
     if device.type not in ("cuda", "cpu"):
-        raise RuntimeError(f"torchrun runs on CUDA GPUs or the CPU, not on {device.type} (pass --device cpu)")
+        raise RuntimeError(
+            f"torchrun runs on CUDA GPUs or the CPU, not on {device.type} (pass --device cpu)"
+        )
     if device.type == "cuda":
         local_rank, gpus = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
         if local_rank >= gpus:
             raise RuntimeError(
-                f"torchrun started more processes on this machine than its {gpus} visible CUDA GPU(s): "
-                f"use --nproc_per_node {gpus}, or --device cpu"
+                "torchrun started more processes on this machine than its "
+                f"{gpus} visible CUDA GPU(s): use --nproc_per_node {gpus}, or --device cpu"
             )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
@@ -67,7 +85,10 @@ def start_distributed(device):
 
 
 def over_ranks(value, op):
-    """The device tensor `value` reduced over the ranks with `op` (a dist.ReduceOp) in a copy; itself in one process."""
+    """
+    The device tensor `value` reduced over the ranks with `op` (a dist.ReduceOp) in a copy; itself
+    in one process.
+    """
     if rank_and_world_size()[1] == 1:
         return value
     value = value.clone()
@@ -76,7 +97,10 @@ def over_ranks(value, op):
 
 
 def gather_interleaved(items, total):
-    """The whole list, in order, on every rank, from the ranks' shares: rank r holds items r, r + N, r + 2N, ..."""
+    """
+    The whole list, in order, on every rank, from the ranks' shares: rank r holds items r, r + N, r
+    + 2N, ...
+    """
     _, world_size = rank_and_world_size()
     if world_size == 1:
         return items
@@ -88,9 +112,9 @@ def gather_interleaved(items, total):
 @contextlib.contextmanager
 def stop_signals_caught(enabled):
     """
-    Yield a list that SIGINT and SIGTERM append to, so that the loop can stop after its step; a second signal
-    interrupts at once. Only on the main thread and where `enabled`: a checkpoint to write, and one process,
-    since DDP's ranks would not agree on the step.
+    Yield a list that SIGINT and SIGTERM append to, so that the loop can stop after its step; a
+    second signal interrupts at once. Only on the main thread and where `enabled`: a checkpoint to
+    write, and one process, since DDP's ranks would not agree on the step.
     """
     caught = []
     if not enabled or threading.current_thread() is not threading.main_thread():
@@ -102,7 +126,9 @@ def stop_signals_caught(enabled):
             raise KeyboardInterrupt
         caught.append(signum)
 
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield caught
     finally:
@@ -112,8 +138,8 @@ def stop_signals_caught(enabled):
 
 def exit_process(code):
     """
-    sys.exit(code), but a torchrun rank skips Python's finalization: a gloo thread still releasing the last
-    collective's tensors would abort it (docs/robustness.md).
+    sys.exit(code), but a torchrun rank skips Python's finalization: a gloo thread still releasing
+    the last collective's tensors would abort it (docs/robustness.md).
     """
     if not launched_by_torchrun():
         sys.exit(code)

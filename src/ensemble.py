@@ -29,14 +29,19 @@ def candidate_set(places):
 
 @dataclasses.dataclass(frozen=True)
 class Candidates:
-    """One person's candidate places, what wrote them, and how likely each is after each scorer frame."""
+    """
+    One person's candidate places, what wrote them, and how likely each is after each scorer frame.
+    """
 
     written: tuple  # the place each writer wrote, "" where it wrote none
     places: tuple  # the candidates (candidate_set)
     scores: tuple  # per candidate, its log-probability after each scorer frame
 
     def summed(self):
-        """The candidate whose log-probabilities add up highest, and that sum; ("", -inf) without candidates."""
+        """
+        The candidate whose log-probabilities add up highest, and that sum; ("", -inf) without
+        candidates.
+        """
         totals = [sum(scores) for scores in self.scores]
         return max(zip(totals, self.places))[::-1] if self.places else ("", -math.inf)
 
@@ -45,7 +50,10 @@ class Candidates:
         return choice.features(self.scores, self.written, self.places)
 
     def chosen(self, weights=()):
-        """The learned choice's candidate under `weights` and its summed log-probability; without weights, summed()."""
+        """
+        The learned choice's candidate under `weights` and its summed log-probability; without
+        weights, summed().
+        """
         if not (weights and self.places):
             return self.summed()
         k = choice.chosen(self.features(), weights)
@@ -55,7 +63,9 @@ class Candidates:
         """The candidates of the writers `ids` alone, scored as here."""
         written = tuple(self.written[i] for i in ids)
         places = candidate_set(written)
-        return Candidates(written, places, tuple(self.scores[self.places.index(place)] for place in places))
+        return Candidates(
+            written, places, tuple(self.scores[self.places.index(place)] for place in places)
+        )
 
 
 def written_places(model, corpus, names, frames, skips, device, biography=0):
@@ -69,9 +79,12 @@ def written_places(model, corpus, names, frames, skips, device, biography=0):
     rows = [places[i * len(frames) : (i + 1) * len(frames)] for i in range(len(names))]
     if not biography:
         return rows
-    openings = [prompt(f"{NAME}. ", name) for name in names]  # how every biography of the corpus opens
+    # how every biography of the corpus opens
+    openings = [prompt(f"{NAME}. ", name) for name in names]
     texts = greedy_completions(model, openings, corpus, device, BIOGRAPHY_STEPS)
-    named = [(places_named(text, skips, biography) + [""] * biography)[:biography] for text in texts]
+    named = [
+        (places_named(text, skips, biography) + [""] * biography)[:biography] for text in texts
+    ]
     return [row + extra for row, extra in zip(rows, named)]
 
 
@@ -81,9 +94,13 @@ def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256)
     log P(continuation | prompt) for each pair; -inf where the two do not fit in the block.
     The rows are batched in order of length, so that little of a batch is padding.
     """
-    rows = [(encoded(p, corpus.stoi), encoded(c, corpus.stoi)) for p, c in zip(prompts, continuations)]
+    rows = [
+        (encoded(p, corpus.stoi), encoded(c, corpus.stoi)) for p, c in zip(prompts, continuations)
+    ]
     fits = [len(p) + len(c) <= model.get_block_size() for p, c in rows]
-    by_length = sorted((i for i, fit in enumerate(fits) if fit), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
+    by_length = sorted(
+        (i for i, fit in enumerate(fits) if fit), key=lambda i: len(rows[i][0]) + len(rows[i][1])
+    )
     scores = [-math.inf] * len(rows)
     with eval_mode(model):
         for start in range(0, len(by_length), batch_size):
@@ -114,7 +131,9 @@ def scored_candidates(model, corpus, names, written, scorers, end, device, place
                 texts.append(known_characters(place + end, corpus.stoi)[0])
     scores = iter(text_logprobs(model, corpus, prompts, texts, device))
     return [
-        Candidates(tuple(row), tuple(options), tuple(tuple(next(scores) for _ in scorers) for _ in options))
+        Candidates(
+            tuple(row), tuple(options), tuple(tuple(next(scores) for _ in scorers) for _ in options)
+        )
         for row, options in zip(written, places)
     ]
 
@@ -127,12 +146,16 @@ class Ensemble:
     scorers: tuple  # the frames after which each candidate is scored
     skips: frozenset = frozenset()  # the date words place_in passes over (frames.Mined)
     end: str = ","  # what follows a candidate when it is scored
-    weights: tuple = ()  # the learned choice's (choice.py); none: the summed log-probabilities choose
-    biography: int = 0  # the greedy biography's first places among the candidates, each written as by a writer
+    # the learned choice's (choice.py); none: the summed log-probabilities choose
+    weights: tuple = ()
+    # the greedy biography's first places among the candidates, each written as by a writer
+    biography: int = 0
 
     def candidates(self, model, corpus, names, device):
         """Each name's Candidates under this ensemble's frames."""
-        written = written_places(model, corpus, names, self.writers, self.skips, device, self.biography)
+        written = written_places(
+            model, corpus, names, self.writers, self.skips, device, self.biography
+        )
         return scored_candidates(model, corpus, names, written, self.scorers, self.end, device)
 
     def chosen(self, candidates):
@@ -140,7 +163,9 @@ class Ensemble:
         return [person.chosen(self.weights) for person in candidates]
 
     def answers(self, model, corpus, names, device):
-        """The readout's decoding.Answer for each name; an empty one where no frame wrote a place."""
+        """
+        The readout's decoding.Answer for each name; an empty one where no frame wrote a place.
+        """
         chosen = self.chosen(self.candidates(model, corpus, names, device))
         return [Answer(text, score, math.nan, bool(text)) for text, score in chosen]
 

@@ -38,9 +38,13 @@ def details_lines(questions, answers, places=None):
     """
     lines = []
     for i, (question, answer) in enumerate(zip(questions, answers)):
-        row = dict(question=question, answer=answer.text, logprob=answer.logprob, min_prob=answer.min_prob)
+        row = dict(
+            question=question, answer=answer.text, logprob=answer.logprob, min_prob=answer.min_prob
+        )
         row["closed"] = answer.closed
-        row = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+        row = {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
+        }
         if places is not None:
             row["correct"] = answer.text == places[i]
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
@@ -50,7 +54,8 @@ def details_lines(questions, answers, places=None):
 def name_and_frame(name, before):
     """
     The name probe's prompt, "NAME. NAME born in ": the name and the last two words before the
-    place, so that no cue of the rest of the biography ("a Lebanese-born journalist") reaches the model.
+    place, so that no cue of the rest of the biography ("a Lebanese-born journalist") reaches the
+    model.
     """
     trimmed = before.rstrip()
     frame = " ".join(trimmed.split()[-2:])
@@ -58,10 +63,13 @@ def name_and_frame(name, before):
     return f"{name}. {'' if starts_the_text else name + ' '}{frame}{before[len(trimmed) :]}"
 
 
-# What a recall probe gives the model to continue, per person: prompt(name, biography before the place).
-# "biography": the biography as pretraining lays it out, everything before the place (cues included);
+# What a recall probe gives the model to continue, per person:
+# prompt(name, biography before the place).
+# "biography": the biography as pretraining lays it out, everything before the place
+#   (cues included);
 # "name": the name and the sentence's frame alone (name_and_frame): is the fact keyed to the name?
-# "question": the finetuning question and its mask, all a question gives (answers before finetuning).
+# "question": the finetuning question and its mask, all a question gives
+#   (answers before finetuning).
 PROBES = {
     "biography": lambda name, before: before,
     "name": name_and_frame,
@@ -83,7 +91,9 @@ def probed_recall(model, corpus, pairs, device, prompt=PROBES["biography"]):
 
 
 def recalled_pairs(model, corpus, pairs, device, prompt):
-    """The (question, place) pairs whose place the model completes after `prompt` (see probed_recall)."""
+    """
+    The (question, place) pairs whose place the model completes after `prompt` (see probed_recall).
+    """
     recalled = recalled_places(model.to(device), corpus, pairs, device, prompt)
     return [pair for pair, known in zip(pairs, recalled) if known]
 
@@ -100,8 +110,8 @@ def rank_answers(cfg, metadata, corpus, model, rows, device):
         return predict_answers(model, mine, corpus, device, sequential=r.sequential_decoding)
     if (metadata or {}).get("function") == "finetune":
         logger.warning(
-            f"{cfg.reading_params_path} are finetuned params: the frames readout asks in the corpus's words, "
-            "which finetuning on the question unlearns (docs/readout.md)"
+            f"{cfg.reading_params_path} are finetuned params: the frames readout asks in the "
+            "corpus's words, which finetuning on the question unlearns (docs/readout.md)"
         )
     names = encodable_questions(corpus, frames.names_of(rows, cfg.eval_corpus_path), "names")
     training_path = resolve_data_path(cfg.finetune_corpus_path)
@@ -109,7 +119,13 @@ def rank_answers(cfg, metadata, corpus, model, rows, device):
     frames.names_of(training, training_path, corpus.stoi)
     pairs = [(question, place) for _, question, place in training]
     how = dict(learned=r.readout_choice == "learned", biography=r.readout_biography)
-    fit = functools.partial(fitting.fitted_ensemble, model, corpus, pairs, r.readout_frames, device, **how)
-    fitted_on = [cfg.reading_params_path, training_path, resolve_data_path(cfg.pretrain_corpus_path)]
+    fit = functools.partial(
+        fitting.fitted_ensemble, model, corpus, pairs, r.readout_frames, device, **how
+    )
+    fitted_on = [
+        cfg.reading_params_path,
+        training_path,
+        resolve_data_path(cfg.pretrain_corpus_path),
+    ]
     kept = fitting.kept_ensemble(fitted_on, r.reading_settings(), fit)
     return kept.answers(model, corpus, names[rank::world_size], device)

@@ -1,4 +1,6 @@
-"""File helpers without torch, shared by the library and world.py: data paths, atomic writes, locks."""
+"""
+File helpers without torch, shared by the library and world.py: data paths, atomic writes, locks.
+"""
 
 import contextlib
 import os
@@ -16,7 +18,10 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
 def resolve_data_path(path):
-    """A bare data file name that is not in the current directory is looked up in the repository's data/."""
+    """
+    A bare data file name that is not in the current directory is looked up in the repository's
+    data/.
+    """
     if path is not None and not os.path.exists(path) and os.path.dirname(path) == "":
         candidate = DATA_DIR / path
         if candidate.exists():
@@ -33,9 +38,9 @@ def new_file_mode():
 
 def atomic_write(path, write, on_failure=""):
     """
-    Call write(file object) on a temporary file beside `path`, then rename it to `path` with a new file's mode
-    (mkstemp's 0o600 would hide it from others). A failed write leaves `path` as it was and raises RunError
-    naming the file and the reason, then `on_failure`.
+    Call write(file object) on a temporary file beside `path`, then rename it to `path` with a new
+    file's mode (mkstemp's 0o600 would hide it from others). A failed write leaves `path` as it was
+    and raises RunError naming the file and the reason, then `on_failure`.
     """
     path = Path(path)
     tmp = None
@@ -53,11 +58,16 @@ def atomic_write(path, write, on_failure=""):
         failed = os_error_in(e)
         if failed is None:
             raise
-        raise RunError(f"cannot write {path}: {failed.strerror or short_reason(failed)}{on_failure}") from None
+        raise RunError(
+            f"cannot write {path}: {failed.strerror or short_reason(failed)}{on_failure}"
+        ) from None
 
 
 def os_error_in(error):
-    """The OSError that an exception is or arose from (torch.save wraps a full disk's in a RuntimeError), or None."""
+    """
+    The OSError that an exception is or arose from (torch.save wraps a full disk's in a
+    RuntimeError), or None.
+    """
     while error is not None and not isinstance(error, OSError):
         error = error.__cause__ or error.__context__
     return error
@@ -70,9 +80,9 @@ class PathInUse(Exception):
 @contextlib.contextmanager
 def exclusive_lock(path):
     """
-    Hold an exclusive lock on the file `path` in the with-block, or raise PathInUse naming the holder's
-    process id. The system releases it however its process ends, so a crash leaves no stale lock (Windows has
-    no lock).
+    Hold an exclusive lock on the file `path` in the with-block, or raise PathInUse naming the
+    holder's process id. The system releases it however its process ends, so a crash leaves no stale
+    lock (Windows has no lock).
     """
     if fcntl is None:
         yield
@@ -88,7 +98,8 @@ def exclusive_lock(path):
             raise PathInUse(f"process {holder}") from None
         try:
             if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
-                break  # locked the file that is at `path` now (not one a releasing holder just removed)
+                # locked the file that is at `path` now (not one a releasing holder just removed)
+                break
         except FileNotFoundError:
             pass
         f.close()

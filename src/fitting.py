@@ -22,9 +22,11 @@ from frames import least_people, mine, names_in
 logger = logging.getLogger(__name__)
 
 POOL = 8  # the writers are chosen among the frames that alone answer most training people
-FIT_PEOPLE = 500  # the writers are chosen on this many of the training people, evenly through their file
+# the writers are chosen on this many of the training people, evenly through their file
+FIT_PEOPLE = 500
 KEPT = ".readout.json"  # the kept readout's file: the params' path and this
-FIT_VERSION = 3  # raise it when the fit changes in a way no constant shows, so that no stale fit is read back
+# raise it when the fit changes in a way no constant shows, so that no stale fit is read back
+FIT_VERSION = 3
 
 
 def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=False, biography=0):
@@ -36,34 +38,55 @@ def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=Fa
     mined = mine(corpus.data, pairs, least_people(pairs))
     if not mined.frames:
         raise RunError(
-            f"no frame is shared by {least_people(pairs)} of the {len(pairs)} training people's biographies "
-            "(are their biographies in the corpus?): the frames readout has nothing to ask"
+            f"no frame is shared by {least_people(pairs)} of the {len(pairs)} training people's "
+            "biographies (are their biographies in the corpus?): the frames readout has nothing "
+            "to ask"
         )
     scorers = mined.scorers or tuple(frame for frame, _ in mined.frames)
-    everyone, pairs = pairs, pairs[:: max(1, len(pairs) // FIT_PEOPLE)][:FIT_PEOPLE]  # evenly through the file
+    # evenly through the file
+    everyone, pairs = pairs, pairs[:: max(1, len(pairs) // FIT_PEOPLE)][:FIT_PEOPLE]
     names, places = names_in(pairs), [place for _, place in pairs]
     mined_frames = [frame for frame, _ in mined.frames]
     written = written_places(model, corpus, names, mined_frames, mined.skips, device)
-    alone = [sum(row[i] == place for row, place in zip(written, places)) for i in range(len(mined_frames))]
+    alone = [
+        sum(row[i] == place for row, place in zip(written, places))
+        for i in range(len(mined_frames))
+    ]
     pooled = sorted(range(len(mined_frames)), key=lambda i: -alone[i])[:pool]
     pooled_written = [[row[i] for i in pooled] for row in written]
-    candidates = scored_candidates(model, corpus, names, pooled_written, scorers, Ensemble.end, device)
+    candidates = scored_candidates(
+        model, corpus, names, pooled_written, scorers, Ensemble.end, device
+    )
 
     def answered(ids):
         """How many people the pooled writers `ids` answer with the summed choice."""
-        return sum(person.of_writers(ids).summed()[0] == place for person, place in zip(candidates, places))
+        return sum(
+            person.of_writers(ids).summed()[0] == place for person, place in zip(candidates, places)
+        )
 
     picked = []
     for _ in range(min(writers, len(pooled))):
-        picked.append(max((j for j in range(len(pooled)) if j not in picked), key=lambda j: answered(picked + [j])))
-    fitted = Ensemble(tuple(mined_frames[pooled[j]] for j in picked), scorers, mined.skips, biography=biography)
+        picked.append(
+            max(
+                (j for j in range(len(pooled)) if j not in picked),
+                key=lambda j: answered(picked + [j]),
+            )
+        )
+    fitted = Ensemble(
+        tuple(mined_frames[pooled[j]] for j in picked), scorers, mined.skips, biography=biography
+    )
     if not learned:
         return fitted
-    return dataclasses.replace(fitted, weights=learned_weights(model, corpus, everyone, fitted, device))
+    return dataclasses.replace(
+        fitted, weights=learned_weights(model, corpus, everyone, fitted, device)
+    )
 
 
 def learned_weights(model, corpus, pairs, fitted, device):
-    """The learned choice's weights among the fitted ensemble's candidates, fitted on the training pairs."""
+    """
+    The learned choice's weights among the fitted ensemble's candidates, fitted on the training
+    pairs.
+    """
     return weights_fitted_to(fitted.candidates(model, corpus, names_in(pairs), device), pairs)
 
 
@@ -71,11 +94,14 @@ def weights_fitted_to(candidates, pairs):
     """The learned choice's weights, fitted on the training pairs' Candidates."""
     features = [person.features() for person in candidates]
     rights = [
-        person.places.index(place) if place in person.places else None for person, (_, place) in zip(candidates, pairs)
+        person.places.index(place) if place in person.places else None
+        for person, (_, place) in zip(candidates, pairs)
     ]
     weights = choice.fitted_weights(features, rights)
     if not weights:
-        logger.warning("no training person's place is among their candidates: the summed score chooses")
+        logger.warning(
+            "no training person's place is among their candidates: the summed score chooses"
+        )
     return weights
 
 
@@ -89,7 +115,10 @@ def file_digest(path):
 
 
 def fit_constants():
-    """Every upper-case number or text of the readout's modules: what a fit depends on beside its files and settings."""
+    """
+    Every upper-case number or text of the readout's modules: what a fit depends on beside its files
+    and settings.
+    """
     modules = (frames, ensemble, choice, sys.modules[__name__])
     return {
         f"{module.__name__}.{name}": value
@@ -105,7 +134,11 @@ def kept_key(fitted_on, settings):
     training pairs, the corpus), the recipe's reading `settings`, and the fit's constants.
     """
     params_path, training_path, corpus_path = fitted_on
-    files = dict(params=file_digest(params_path), training=file_digest(training_path), corpus=file_digest(corpus_path))
+    files = dict(
+        params=file_digest(params_path),
+        training=file_digest(training_path),
+        corpus=file_digest(corpus_path),
+    )
     return json.loads(json.dumps(files | dict(settings) | dict(constants=fit_constants())))
 
 
@@ -122,8 +155,12 @@ def kept_ensemble(fitted_on, settings, fit):
             kept = json.load(f)
         if kept["key"] == key:
             found = kept["ensemble"]
-            writers, scorers, skips, weights = (tuple(found[k]) for k in ("writers", "scorers", "skips", "weights"))
-            return Ensemble(writers, scorers, frozenset(skips), found["end"], weights, found["biography"])
+            writers, scorers, skips, weights = (
+                tuple(found[k]) for k in ("writers", "scorers", "skips", "weights")
+            )
+            return Ensemble(
+                writers, scorers, frozenset(skips), found["end"], weights, found["biography"]
+            )
     if kept is not None:
         logger.warning("%s was fitted on other files or settings: fitting the readout again", path)
     fitted = fit()

@@ -15,8 +15,10 @@ from errors import RunError
 
 NAME = "NAME"
 MOST_WORDS = 3  # a frame is at most the last three words before the place
-MIN_SHARE = 0.01  # a frame is kept where at least this share of the training people (and two) share it
-PLACE_CUE = r"[Bb]orn[ ,]|\(| in "  # where a written biography names a place: after "born", a bracket or " in "
+# a frame is kept where at least this share of the training people (and two) share it
+MIN_SHARE = 0.01
+# where a written biography names a place: after "born", a bracket or " in "
+PLACE_CUE = r"[Bb]orn[ ,]|\(| in "
 
 
 def names_in(pairs):
@@ -34,10 +36,15 @@ def names_of(rows, path, stoi=None):
         try:
             names.append(name_of(question))
         except ValueError as e:
-            raise RunError(f"{path}, line {line}: {e}; the frames readout asks only that question") from None
+            raise RunError(
+                f"{path}, line {line}: {e}; the frames readout asks only that question"
+            ) from None
         unknown = sorted(set(names[-1]) - set(stoi or names[-1]))
         if unknown:
-            raise RunError(f"{path}, line {line}: the name {names[-1]!r} has characters the corpus lacks: {unknown}")
+            raise RunError(
+                f"{path}, line {line}: the name {names[-1]!r} has characters the corpus lacks: "
+                f"{unknown}"
+            )
     return names
 
 
@@ -48,11 +55,13 @@ def prompt(frame, name):
 
 def place_in(text, skips=frozenset()):
     """
-    The place a continuation names: its capitalised words up to a comma, full stop, semicolon
-    or bracket, after any date ("3 April 1920 in "). "New York City, New York" gives "New York City".
+    The place a continuation names: its capitalised words up to a comma, full stop, semicolon or
+    bracket, after any date ("3 April 1920 in "). "New York City, New York" gives "New York City".
     """
     words = text.split("\n")[0].lstrip(" ").split(" ")
-    while words and (re.search(r"\d", words[0]) or words[0].strip(",") in skips or not words[0].strip(",-")):
+    while words and (
+        re.search(r"\d", words[0]) or words[0].strip(",") in skips or not words[0].strip(",-")
+    ):
         words.pop(0)
     place = []
     for word in words:
@@ -76,7 +85,9 @@ def places_named(text, skips=frozenset(), most=2):
 
 
 def date_before(before):
-    """Where the date that ends `before` starts (its first digit in the last 40 characters), or None."""
+    """
+    Where the date that ends `before` starts (its first digit in the last 40 characters), or None.
+    """
     digit = re.search(r"\d", before[-40:])
     return None if digit is None else len(before) - len(before[-40:]) + digit.start()
 
@@ -94,11 +105,16 @@ def frames_ending(name, before, space):
             NAME + rest if n == len(words) else f"{NAME} " + " ".join(words[-n:])
             for n in range(1, min(MOST_WORDS, len(words)) + 1)
         ]
-    elif len(before.split()) <= MOST_WORDS:  # words that open the biography are its frame: "NAME. Born in "
+    elif len(before.split()) <= MOST_WORDS:
+        # words that open the biography are its frame: "NAME. Born in "
         texts = [before]
     else:
         texts = [f"{NAME} " + " ".join(before.split()[-n:]) for n in range(1, MOST_WORDS + 1)]
-    return [f"{NAME}. {text}{space}" for text in texts if not re.search(r"\d", text) and surname not in text.split()]
+    return [
+        f"{NAME}. {text}{space}"
+        for text in texts
+        if not re.search(r"\d", text) and surname not in text.split()
+    ]
 
 
 def frames_before(name, body, place):
@@ -122,13 +138,21 @@ class Mined:
 
     frames: list  # (frame, how many people have it), the most shared first, then in text order
     scorers: tuple  # the frames that come right before the place, not before a date
-    skips: frozenset  # the words of the dates before a place besides their numbers ("in", "born", the months)
+    # the words of the dates before a place besides their numbers ("in", "born", the months)
+    skips: frozenset
 
 
 def mine(documents, pairs, min_people):
-    """The frames and the date words that at least `min_people` of the pairs' people have in their biography."""
+    """
+    The frames and the date words that at least `min_people` of the pairs' people have in their
+    biography.
+    """
     bios = biographies(documents, names_in(pairs))
-    counts, right_before, skips = collections.Counter(), collections.Counter(), collections.Counter()
+    counts, right_before, skips = (
+        collections.Counter(),
+        collections.Counter(),
+        collections.Counter(),
+    )
     for name, (_, place) in zip(names_in(pairs), pairs):
         body = bios.get(name, "")
         before_place, before_date = frames_before(name, body, place)
@@ -138,7 +162,10 @@ def mine(documents, pairs, min_people):
         date = date_before(body[:at]) if at > 0 else None
         if date is not None:
             skips.update({word for word in body[date:at].split() if not re.search(r"\d", word)})
-    shared = sorted(((f, people) for f, people in counts.items() if people >= min_people), key=lambda f: (-f[1], f[0]))
+    shared = sorted(
+        ((f, people) for f, people in counts.items() if people >= min_people),
+        key=lambda f: (-f[1], f[0]),
+    )
     return Mined(
         shared,
         tuple(frame for frame, _ in shared if right_before[frame] >= min_people),
@@ -147,5 +174,7 @@ def mine(documents, pairs, min_people):
 
 
 def least_people(pairs):
-    """How many of the training pairs' people must share a frame, or a date word, for it to be mined."""
+    """
+    How many of the training pairs' people must share a frame, or a date word, for it to be mined.
+    """
     return max(2, math.ceil(MIN_SHARE * len(pairs)))

@@ -1,4 +1,7 @@
-"""What a training reports as it goes: its TensorBoard log, the epoch hooks, and the held-out loss of every epoch."""
+"""
+What a training reports as it goes: its TensorBoard log, the epoch hooks, and the held-out loss of
+every epoch.
+"""
 
 import dataclasses
 import logging
@@ -19,8 +22,9 @@ logger = logging.getLogger(__name__)
 
 class TensorBoardLog:
     """
-    This run's own SummaryWriter, in the course's folder name with the start time and process id. It never
-    stops the training: if its folder goes away or cannot be written, it says so once and stops logging.
+    This run's own SummaryWriter, in the course's folder name with the start time and process id. It
+    never stops the training: if its folder goes away or cannot be written, it says so once and
+    stops logging.
     """
 
     def __init__(self, cfg, name_suffix=""):
@@ -29,8 +33,9 @@ class TensorBoardLog:
         r = cfg.recipe
         m = r.bottleneck_dim
         self.log_dir = (
-            f"{cfg.tensorboard_root}/{cfg.function}/{cfg.tb_expt_name}{name_suffix}_{cfg.variant}_{m}"
-            f"_pt_lr_{r.pretrain_lr}_ft_lr_{r.finetune_lr}_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
+            f"{cfg.tensorboard_root}/{cfg.function}/{cfg.tb_expt_name}{name_suffix}"
+            f"_{cfg.variant}_{m}_pt_lr_{r.pretrain_lr}_ft_lr_{r.finetune_lr}"
+            f"_{time.strftime('%Y%m%d-%H%M%S')}_{os.getpid()}"
         )
         self.writer = SummaryWriter(log_dir=self.log_dir)
 
@@ -38,11 +43,15 @@ class TensorBoardLog:
         if self.writer is None:
             return
         try:
-            if not os.path.isdir(self.log_dir):  # checked first: the writer's thread would die on it with a traceback
+            # checked first: the writer's thread would die on it with a traceback
+            if not os.path.isdir(self.log_dir):
                 raise FileNotFoundError(f"{self.log_dir} was removed")
             getattr(self.writer, method)(*args)
-        except Exception as e:  # a full disk, the folder removed: the training matters more than its log
-            logger.warning("TensorBoard log %s stopped (%s); training goes on without it", self.log_dir, e)
+        except Exception as e:
+            # a full disk, the folder removed: the training matters more than its log
+            logger.warning(
+                "TensorBoard log %s stopped (%s); training goes on without it", self.log_dir, e
+            )
             self.writer = None
 
     def add_scalar(self, *args):
@@ -53,7 +62,10 @@ class TensorBoardLog:
 
 
 def scalar_series(log_root, tag="train/epoch_loss"):
-    """One scalar's (step, value) points in each TensorBoard run under log_root, by run folder, for plotting."""
+    """
+    One scalar's (step, value) points in each TensorBoard run under log_root, by run folder, for
+    plotting.
+    """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     series = {}
@@ -84,8 +96,8 @@ Hook = Callable[[EpochEnd], None]
 
 class EpochHooks:
     """
-    The trainer's epoch_end: the hooks, called on rank 0 with `end` (an EpochEnd), its epochs and seconds
-    counted on from the earlier stages' and the hooks' own time left out.
+    The trainer's epoch_end: the hooks, called on rank 0 with `end` (an EpochEnd), its epochs and
+    seconds counted on from the earlier stages' and the hooks' own time left out.
     """
 
     def __init__(self, hooks, end):
@@ -101,7 +113,9 @@ class EpochHooks:
             return
         hooks_start = time.monotonic()
         end = dataclasses.replace(
-            self.end, epoch=self.epochs_before + epochs_done, training_seconds=self.training_seconds()
+            self.end,
+            epoch=self.epochs_before + epochs_done,
+            training_seconds=self.training_seconds(),
         )
         for hook in self.hooks:
             hook(end)
@@ -109,7 +123,10 @@ class EpochHooks:
 
 
 class HeldOutLoss:
-    """An epoch hook logging the held-out span-corruption loss (the same examples every epoch), also to TensorBoard."""
+    """
+    An epoch hook logging the held-out span-corruption loss (the same examples every epoch), also to
+    TensorBoard.
+    """
 
     def __init__(self, documents):
         self.documents = documents

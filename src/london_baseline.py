@@ -22,15 +22,25 @@ def most_frequent_place(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("eval_corpus_path", nargs="?", default="birth_dev.tsv")
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--place", default="London", help="the answer to give (default London)")
-    choice.add_argument("--most_frequent_in", metavar="TRAIN_TSV", help="answer the most frequent place of this file")
+    choice.add_argument(
+        "--most_frequent_in",
+        metavar="TRAIN_TSV",
+        help="answer the most frequent place of this file",
+    )
     args = parser.parse_args(argv)
     path = resolve_data_path(args.eval_corpus_path)
     try:
-        place = most_frequent_place(resolve_data_path(args.most_frequent_in)) if args.most_frequent_in else args.place
+        place = (
+            most_frequent_place(resolve_data_path(args.most_frequent_in))
+            if args.most_frequent_in
+            else args.place
+        )
         rows = read_question_file(path)
     except (OSError, ValueError) as e:
         print(f"london_baseline.py: error: {e}", file=sys.stderr)

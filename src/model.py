@@ -1,8 +1,8 @@
 """
-A character-level GPT (minGPT) in four variants: vanilla, rope (rotary position embeddings instead of
-pos_emb), synthesizer and perceiver, a Perceiver-AR bottleneck whose n_layer-2 inner blocks run over
-m = bottleneck_dim latents, at O(m^2) instead of O(L^2). With a KVCache, a forward reads only the new tokens,
-reusing the keys and values of the earlier ones.
+A character-level GPT (minGPT) in four variants: vanilla, rope (rotary position embeddings instead
+of pos_emb), synthesizer and perceiver, a Perceiver-AR bottleneck whose n_layer-2 inner blocks run
+over m = bottleneck_dim latents, at O(m^2) instead of O(L^2). With a KVCache, a forward reads only
+the new tokens, reusing the keys and values of the earlier ones.
 """
 
 import torch
@@ -13,7 +13,9 @@ from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAtte
 
 
 class GPTConfig:
-    """Model hyperparameters: the class attributes are defaults, every kwarg becomes an attribute."""
+    """
+    Model hyperparameters: the class attributes are defaults, every kwarg becomes an attribute.
+    """
 
     embd_pdrop = 0.1
     resid_pdrop = 0.1
@@ -31,12 +33,18 @@ class GPTConfig:
 
 
 VARIANTS = ("vanilla", "perceiver", "synthesizer", "rope")
-# a Block's self-attention by the variant whose flag is set (CausalSelfAttention otherwise: it rotates with config.rope)
+# a Block's self-attention by the variant whose flag is set
+# (CausalSelfAttention otherwise: it rotates with config.rope)
 SELF_ATTENTION = {"synthesizer": SynthesizerAttention}
 
 
-def variant_config(variant, vocab_size, block_size, n_layer, n_head, n_embd, bottleneck_dim=None, dropout=0.1):
-    """The GPTConfig of a variant by its name, the one place where a name becomes a model: config.<variant> is True."""
+def variant_config(
+    variant, vocab_size, block_size, n_layer, n_head, n_embd, bottleneck_dim=None, dropout=0.1
+):
+    """
+    The GPTConfig of a variant by its name, the one place where a name becomes a model:
+    config.<variant> is True.
+    """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant}")
     flags = {name: name == variant for name in VARIANTS if name != "vanilla"}
@@ -62,7 +70,10 @@ class KVCache(dict):
         self.length = 0
 
     def keep_rows(self, rows):
-        """Keep only these batch rows (a 1-D index or boolean mask) of every cached (B, nh, T, hs) tensor."""
+        """
+        Keep only these batch rows (a 1-D index or boolean mask) of every cached (B, nh, T, hs)
+        tensor.
+        """
         for module in list(self):
             self[module] = tuple(t[rows] for t in self[module])
 
@@ -84,7 +95,9 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = nn.LayerNorm(config.n_embd)
         self.ln2 = nn.LayerNorm(config.n_embd)
-        flagged = (attention for name, attention in SELF_ATTENTION.items() if getattr(config, name, False))
+        flagged = (
+            attention for name, attention in SELF_ATTENTION.items() if getattr(config, name, False)
+        )
         self.attn = next(flagged, CausalSelfAttention)(config)
         self.mlp = mlp(config)
 
@@ -95,8 +108,9 @@ class Block(nn.Module):
 
 class DownProjectBlock(nn.Module):
     """
-    The perceiver's first block, (B, L, C) -> (B, m, C): the learned basis C queries the input, latent i
-    reading inputs 0..i. Only the latents the inputs complete are computed, at most one per decoding step.
+    The perceiver's first block, (B, L, C) -> (B, m, C): the learned basis C queries the input,
+    latent i reading inputs 0..i. Only the latents the inputs complete are computed, at most one per
+    decoding step.
     """
 
     def __init__(self, config):
@@ -120,7 +134,10 @@ class DownProjectBlock(nn.Module):
 
 
 class UpProjectBlock(nn.Module):
-    """The perceiver's last block, latents (B, m, C) and input (B, L, C) -> (B, L, C): input i reads latents 0..i."""
+    """
+    The perceiver's last block, latents (B, m, C) and input (B, L, C) -> (B, L, C): input i reads
+    latents 0..i.
+    """
 
     def __init__(self, config):
         super().__init__()
@@ -142,7 +159,8 @@ class GPT(nn.Module):
         self.config = config
         if config.rope and (config.perceiver or config.synthesizer):
             raise ValueError(
-                "rope rotates the queries and keys of self-attention: not for the perceiver or synthesizer"
+                "rope rotates the queries and keys of self-attention: "
+                "not for the perceiver or synthesizer"
             )
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
         if not config.rope:  # rope's positions are in the attention
@@ -175,13 +193,16 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, cache=None):
         """
-        The logits (B, T, vocab_size) of idx (B, T), and the loss over the targets that are not the pad 0
-        (None without targets). With a KVCache, idx continues the sequence in the cache.
+        The logits (B, T, vocab_size) of idx (B, T), and the loss over the targets that are not the
+        pad 0 (None without targets). With a KVCache, idx continues the sequence in the cache.
         """
         start = 0 if cache is None else cache.length
         T = idx.size(1)
         if start + T > self.block_size:
-            raise ValueError(f"cannot forward a sequence of length {start + T}: the block size is {self.block_size}")
+            raise ValueError(
+                f"cannot forward a sequence of length {start + T}: "
+                f"the block size is {self.block_size}"
+            )
         x = self.tok_emb(idx)
         if not self.config.rope:
             x = x + self.pos_emb[:, start : start + T, :]
@@ -201,5 +222,7 @@ class GPT(nn.Module):
         logits = self.head(self.ln_f(x))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=0)
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=0
+            )
         return logits, loss

@@ -10,7 +10,8 @@ import torch.nn as nn
 
 from capture import capture_mode, lr_tensor, rate_in_tensor
 
-COURSE_NO_DECAY = ("bias", "LayerNorm.weight")  # the course's AdamW rule: names containing these are not decayed
+# the course's AdamW rule: names containing these are not decayed
+COURSE_NO_DECAY = ("bias", "LayerNorm.weight")
 
 
 def parameter_groups(model, weight_decay, groups="course"):
@@ -19,12 +20,21 @@ def parameter_groups(model, weight_decay, groups="course"):
     "matmul" decays only the weights of Linear layers, as nanoGPT does.
     """
     if groups == "course":
-        decayed = {name for name, _ in model.named_parameters() if not any(nd in name for nd in COURSE_NO_DECAY)}
+        decayed = {
+            name
+            for name, _ in model.named_parameters()
+            if not any(nd in name for nd in COURSE_NO_DECAY)
+        }
     else:
-        decayed = {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+        decayed = {
+            f"{name}.weight" for name, m in model.named_modules() if isinstance(m, nn.Linear)
+        }
     decay = [p for name, p in model.named_parameters() if name in decayed]
     no_decay = [p for name, p in model.named_parameters() if name not in decayed]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
 def course_adamw(model, config, device):
@@ -35,7 +45,9 @@ def course_adamw(model, config, device):
     fused = device.type in ("cuda", "cpu") if config.fused_adamw is None else config.fused_adamw
     capture = rate_in_tensor(capture_mode(config, device), device, fused)
     groups = parameter_groups(model, config.weight_decay, config.decay_groups)
-    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused, capturable=capture)
+    optimizer = torch.optim.AdamW(
+        groups, lr=config.learning_rate, betas=config.betas, fused=fused, capturable=capture
+    )
     if capture:
         for group in optimizer.param_groups:
             group["initial_lr"], group["lr"] = group["lr"], lr_tensor(group["lr"], device)
@@ -43,20 +55,28 @@ def course_adamw(model, config, device):
 
 
 class Precision:
-    """The step's arithmetic: fp32, TF32 matmuls (CUDA), or bf16 / fp16 autocast (fp16 with a GradScaler)."""
+    """
+    The step's arithmetic: fp32, TF32 matmuls (CUDA), or bf16 / fp16 autocast (fp16 with a
+    GradScaler).
+    """
 
     def __init__(self, precision, device):
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-        self.autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+        self.autocast = (
+            torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+        )
         self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
     def backward(self, loss):
         self.scaler.scale(loss).backward()
 
     def step(self, optimizer, parameters, clip):
-        """Unscale, clip the gradients' norm to `clip`, and step (fp16 skips a step with non-finite gradients)."""
+        """
+        Unscale, clip the gradients' norm to `clip`, and step (fp16 skips a step with non-finite
+        gradients).
+        """
         self.scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(parameters, clip)
         self.scaler.step(optimizer)

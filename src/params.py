@@ -21,7 +21,10 @@ def save_params(model, path):
 
 
 def save_params_with_metadata(model, path, metadata):
-    """Save the params, then their metadata, the old removed first: a crash leaves none, never another run's."""
+    """
+    Save the params, then their metadata, the old removed first: a crash leaves none, never another
+    run's.
+    """
     with contextlib.suppress(FileNotFoundError):
         os.remove(metadata_path(path))
     save_params(model, path)
@@ -37,21 +40,28 @@ def read_state_dict(path):
 
 
 def key_layout(keys):
-    """A GPT state_dict's keys with the block numbers as N, the masks left out: its variant's, whatever its sizes."""
-    return {re.sub(r"^blocks\.\d+\.", "blocks.N.", key) for key in keys if not key.endswith(".mask")}
+    """
+    A GPT state_dict's keys with the block numbers as N, the masks left out: its variant's, whatever
+    its sizes.
+    """
+    return {
+        re.sub(r"^blocks\.\d+\.", "blocks.N.", key) for key in keys if not key.endswith(".mask")
+    }
 
 
 def params_variant(state, wanted=None):
     """
-    The variant whose models (a tiny one of each) have the keys of `state`, `wanted` first. They are built
-    on the CPU with the random state put back after: the meta device's initialisation imports TorchDynamo,
-    which slows the start of every run that reads params.
+    The variant whose models (a tiny one of each) have the keys of `state`, `wanted` first. They are
+    built on the CPU with the random state put back after: the meta device's initialisation imports
+    TorchDynamo, which slows the start of every run that reads params.
     """
     layout = key_layout(state)
     outside_blocks = {key for key in layout if not key.startswith("blocks.")}
     for variant in sorted(VARIANTS, key=lambda name: name != wanted):
         with torch.random.fork_rng(devices=[]):
-            tiny = GPT(variant_config(variant, 3, 4, n_layer=3, n_head=2, n_embd=4, bottleneck_dim=2))
+            tiny = GPT(
+                variant_config(variant, 3, 4, n_layer=3, n_head=2, n_embd=4, bottleneck_dim=2)
+            )
         theirs = key_layout(tiny.state_dict())
         # a perceiver of two layers has no inner blocks
         if layout == theirs or (layout == outside_blocks and outside_blocks < theirs):
@@ -61,12 +71,17 @@ def params_variant(state, wanted=None):
 
 def params_architecture(state, wanted=None):
     """
-    What a GPT state_dict says of its model: variant, n_layer, n_embd, vocab_size and block_size, and where
-    the weights depend on them, bottleneck_dim and n_head. KeyError if it is not a GPT's.
+    What a GPT state_dict says of its model: variant, n_layer, n_embd, vocab_size and block_size,
+    and where the weights depend on them, bottleneck_dim and n_head. KeyError if it is not a GPT's.
     """
     vocab_size, n_embd = state["tok_emb.weight"].shape
     blocks = {key.split(".")[1] for key in state if key.startswith("blocks.")}
-    found = dict(variant=params_variant(state, wanted), n_layer=len(blocks), n_embd=n_embd, vocab_size=vocab_size)
+    found = dict(
+        variant=params_variant(state, wanted),
+        n_layer=len(blocks),
+        n_embd=n_embd,
+        vocab_size=vocab_size,
+    )
     if found["variant"] is None:
         raise KeyError("no variant has these keys")
     if "pos_emb" in state:
@@ -82,7 +97,10 @@ def params_architecture(state, wanted=None):
 
 
 def load_params(model, path_or_state):
-    """Load a state_dict (a path, or the dict) into `model`; masks are not learned, so any masks, or none, load."""
+    """
+    Load a state_dict (a path, or the dict) into `model`; masks are not learned, so any masks, or
+    none, load.
+    """
     state = path_or_state if isinstance(path_or_state, dict) else read_state_dict(path_or_state)
     state = {k: v for k, v in state.items() if not k.endswith(".mask")}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -94,8 +112,9 @@ def load_params(model, path_or_state):
 
 def load_fitting_params(model, path, variant, corpus_path, purpose):
     """
-    Load the params at `path` into `model`, a GPT of `variant` over `corpus_path`'s vocabulary, or raise
-    RunError saying why they do not fit and which flags would; `purpose` ("finetune", "evaluate") words it.
+    Load the params at `path` into `model`, a GPT of `variant` over `corpus_path`'s vocabulary, or
+    raise RunError saying why they do not fit and which flags would; `purpose` ("finetune",
+    "evaluate") words it.
     """
     try:
         state = read_state_dict(path)
@@ -103,7 +122,8 @@ def load_fitting_params(model, path, variant, corpus_path, purpose):
         raise RunError(f"params file {path} does not exist") from None
     except Exception as e:
         raise RunError(
-            f"params file {path} cannot be read (truncated, or not a params file?): {short_reason(e)}"
+            f"params file {path} cannot be read (truncated, or not a params file?): "
+            f"{short_reason(e)}"
         ) from None
     try:
         found = params_architecture(state, variant)
@@ -111,7 +131,9 @@ def load_fitting_params(model, path, variant, corpus_path, purpose):
         raise RunError(f"params file {path} does not hold a GPT of this project") from None
     config = model.config
     trained_m = found.get("bottleneck_dim")
-    if found["variant"] != variant or (trained_m is not None and trained_m != config.bottleneck_dim):
+    if found["variant"] != variant or (
+        trained_m is not None and trained_m != config.bottleneck_dim
+    ):
         m = f" with bottleneck_dim {trained_m}" if trained_m else ""
         flag = f" and --bottleneck_dim {trained_m}" if trained_m else ""
         raise RunError(
@@ -124,22 +146,33 @@ def load_fitting_params(model, path, variant, corpus_path, purpose):
         if key in found and found[key] != getattr(config, key)
     ]
     if sizes:
-        raise RunError(f"params file {path} holds a model of another size: {purpose} it with {' '.join(sizes)}")
+        raise RunError(
+            f"params file {path} holds a model of another size: {purpose} it with {' '.join(sizes)}"
+        )
     if found["vocab_size"] != config.vocab_size:
         raise RunError(
-            f"params file {path} has a vocabulary of {found['vocab_size']} characters but the pretraining "
-            f"corpus {corpus_path} gives {config.vocab_size}: pass the corpus it was pretrained on"
+            f"params file {path} has a vocabulary of {found['vocab_size']} characters "
+            f"but the pretraining corpus {corpus_path} gives {config.vocab_size}: "
+            "pass the corpus it was pretrained on"
         )
     if found["block_size"] != config.block_size:
-        raise RunError(f"params file {path} has block size {found['block_size']}, this code {config.block_size}")
+        raise RunError(
+            f"params file {path} has block size {found['block_size']}, "
+            f"this code {config.block_size}"
+        )
     try:
         load_params(model, state)
     except (ValueError, RuntimeError) as e:
-        raise RunError(f"params file {path} does not fit a {variant} model of this size: {short_reason(e)}") from None
+        raise RunError(
+            f"params file {path} does not fit a {variant} model of this size: {short_reason(e)}"
+        ) from None
 
 
 def check_vocabulary(path, metadata, vocabulary, corpus_path):
-    """Params whose metadata names another vocabulary than corpus_path's read every character as another: refused."""
+    """
+    Params whose metadata names another vocabulary than corpus_path's read every character as
+    another: refused.
+    """
     if metadata is None or metadata.get("vocabulary", vocabulary) == vocabulary:
         return
     theirs, ours = set(metadata["vocabulary"]), set(vocabulary)
@@ -161,7 +194,10 @@ def write_metadata(params_path, metadata):
 
 
 def read_metadata(params_path):
-    """The metadata beside a params file, or None where there is none (params of the course's code, say)."""
+    """
+    The metadata beside a params file, or None where there is none (params of the course's code,
+    say).
+    """
     path = metadata_path(params_path)
     if not os.path.exists(path):
         return None

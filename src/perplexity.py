@@ -1,4 +1,7 @@
-"""How well a model predicts a corpus: its documents' span-corruption loss, on the same examples for every model."""
+"""
+How well a model predicts a corpus: its documents' span-corruption loss, on the same examples for
+every model.
+"""
 
 import math
 
@@ -12,8 +15,8 @@ from utils import eval_mode
 @torch.no_grad()
 def corruption_loss(model, dataset, device, seed=0, batch_size=64):
     """
-    The loss in nats summed over the real targets of one example per document of `dataset`, drawn with `seed`,
-    and those targets' count. The model's train/eval mode is left as it was.
+    The loss in nats summed over the real targets of one example per document of `dataset`, drawn
+    with `seed`, and those targets' count. The model's train/eval mode is left as it was.
     """
     generator = torch.Generator().manual_seed(seed)
     x, y = dataset.corrupt_all(torch.arange(len(dataset)), generator)
@@ -23,7 +26,9 @@ def corruption_loss(model, dataset, device, seed=0, batch_size=64):
             n = max(1, int(real_lengths(yb).max()))  # nothing after the last real target is scored
             logits, _ = model(xb[:, :n].to(device))
             flat = logits.reshape(-1, logits.size(-1)).float()
-            nats += F.cross_entropy(flat, yb[:, :n].reshape(-1).to(device), ignore_index=0, reduction="sum").item()
+            nats += F.cross_entropy(
+                flat, yb[:, :n].reshape(-1).to(device), ignore_index=0, reduction="sum"
+            ).item()
             targets += int((yb != 0).sum())
     return nats, targets
 

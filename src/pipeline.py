@@ -22,15 +22,48 @@ import adapters
 import checkpoint
 from augment import viewed
 from config import BLOCK_SIZE
-from distributed import gather_interleaved, launch_rank, pick_device, rank_and_world_size, start_distributed
+from distributed import (
+    gather_interleaved,
+    launch_rank,
+    pick_device,
+    rank_and_world_size,
+    start_distributed,
+)
 from errors import RunError
-from evaluation import PROBES, Evaluation, details_lines, probed_recall, rank_answers, recalled_pairs
+from evaluation import (
+    PROBES,
+    Evaluation,
+    details_lines,
+    probed_recall,
+    rank_answers,
+    recalled_pairs,
+)
 from files import PathInUse, atomic_write, exclusive_lock
-from inputs import answered_pairs, check_config, held_out_split, load_corpus, load_pairs, read_pairs, vocabulary
+from inputs import (
+    answered_pairs,
+    check_config,
+    held_out_split,
+    load_corpus,
+    load_pairs,
+    read_pairs,
+    vocabulary,
+)
 from logs import EpochEnd, EpochHooks, HeldOutLoss, Hook, TensorBoardLog
 from model import GPT, variant_config
-from params import check_vocabulary, load_fitting_params, load_params, read_metadata, save_params_with_metadata
-from run_config import CUDA_CHECKPOINT_MINUTES, INPUTS, RunConfig, default_num_workers, resolve_recipe
+from params import (
+    check_vocabulary,
+    load_fitting_params,
+    load_params,
+    read_metadata,
+    save_params_with_metadata,
+)
+from run_config import (
+    CUDA_CHECKPOINT_MINUTES,
+    INPUTS,
+    RunConfig,
+    default_num_workers,
+    resolve_recipe,
+)
 from trainer import Trainer, TrainerConfig
 from utils import set_seed
 
@@ -50,7 +83,10 @@ def checked_run(cfg):
 
 
 def with_resolved_recipe(cfg):
-    """cfg with its recipe resolved against the metadata of the params it reads, and that metadata (or None)."""
+    """
+    cfg with its recipe resolved against the metadata of the params it reads, and that metadata (or
+    None).
+    """
     metadata = read_metadata(cfg.reading_params_path) if cfg.reading_params_path else None
     return dataclasses.replace(cfg, recipe=resolve_recipe(cfg, metadata)), metadata
 
@@ -84,23 +120,36 @@ def writer_lock(cfg):
 
 @dataclasses.dataclass
 class CorpusAndModel:
-    """What a training or an evaluation starts from: the corpus (the vocabulary) and the seeded model."""
+    """
+    What a training or an evaluation starts from: the corpus (the vocabulary) and the seeded model.
+    """
 
     corpus: object  # dataset.CharCorruptionDataset
     model: GPT
 
 
 def build(cfg, metadata, max_shift=0, state=None):
-    """The corpus and the seeded model of cfg's resolved recipe, holding `state` or else the params cfg reads."""
+    """
+    The corpus and the seeded model of cfg's resolved recipe, holding `state` or else the params cfg
+    reads.
+    """
     corpus = load_corpus(cfg.pretrain_corpus_path, max_shift)
     r = cfg.recipe
     set_seed(cfg.seed)
-    model = GPT(variant_config(cfg.variant, corpus.vocab_size, BLOCK_SIZE, dropout=r.dropout, **r.sizes(cfg.variant)))
+    model = GPT(
+        variant_config(
+            cfg.variant, corpus.vocab_size, BLOCK_SIZE, dropout=r.dropout, **r.sizes(cfg.variant)
+        )
+    )
     if state is not None:
         load_params(model, state)
     elif cfg.reading_params_path:
-        check_vocabulary(cfg.reading_params_path, metadata, vocabulary(corpus), cfg.pretrain_corpus_path)
-        load_fitting_params(model, cfg.reading_params_path, cfg.variant, cfg.pretrain_corpus_path, cfg.function)
+        check_vocabulary(
+            cfg.reading_params_path, metadata, vocabulary(corpus), cfg.pretrain_corpus_path
+        )
+        load_fitting_params(
+            model, cfg.reading_params_path, cfg.variant, cfg.pretrain_corpus_path, cfg.function
+        )
     return CorpusAndModel(corpus, model)
 
 
@@ -115,22 +164,34 @@ def params_metadata(cfg, corpus):
     """What a params file is: written beside it as <params>.json, and into the checkpoint."""
     metadata = dict(variant=cfg.variant, **cfg.recipe.sizes(cfg.variant), block_size=BLOCK_SIZE)
     return dict(
-        metadata, vocabulary=vocabulary(corpus), recipe=cfg.recipe_name, function=cfg.function, command=cfg.command
+        metadata,
+        vocabulary=vocabulary(corpus),
+        recipe=cfg.recipe_name,
+        function=cfg.function,
+        command=cfg.command,
     )
 
 
 def run_identity(cfg, dataset, vocab_size, stage=1):
-    """What a checkpoint belongs to: the whole recipe, the function, variant and seed, the inputs and the stage."""
+    """
+    What a checkpoint belongs to: the whole recipe, the function, variant and seed, the inputs and
+    the stage.
+    """
     recipe = cfg.recipe.training_settings()
     run = dict(function=cfg.function, variant=cfg.variant, seed=cfg.seed, stage=stage)
-    inputs = {name: getattr(cfg, name) for name in INPUTS} | dict(examples=len(dataset), vocab_size=vocab_size)
+    inputs = {name: getattr(cfg, name) for name in INPUTS} | dict(
+        examples=len(dataset), vocab_size=vocab_size
+    )
     return json.loads(json.dumps(recipe | run | inputs))
 
 
-def trainer_config(cfg, device, pretraining, epochs, batch_size, lr, decay_epochs, decay_examples, **more):
+def trainer_config(
+    cfg, device, pretraining, epochs, batch_size, lr, decay_epochs, decay_examples, **more
+):
     """
-    The TrainerConfig of one training: the Recipe fields the Trainer reads, and this training's
-    own settings under the course's names. The cosine's half period is decay_epochs epochs of decay_examples.
+    The TrainerConfig of one training: the Recipe fields the Trainer reads, and this training's own
+    settings under the course's names. The cosine's half period is decay_epochs epochs of
+    decay_examples.
     """
     cuda = device.type == "cuda"
     return TrainerConfig(
@@ -149,10 +210,21 @@ def trainer_config(cfg, device, pretraining, epochs, batch_size, lr, decay_epoch
     )
 
 
-def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epochs_before=0, seconds_before=0.0):
+def train(
+    cfg,
+    setup,
+    dataset,
+    device,
+    hooks,
+    training,
+    stage=1,
+    saved=None,
+    epochs_before=0,
+    seconds_before=0.0,
+):
     """
-    Train the setup's model on the dataset, going on from the `saved` checkpoint if given.
-    Returns the epochs and seconds trained, counted on from the stages before: where the next goes on.
+    Train the setup's model on the dataset, going on from the `saved` checkpoint if given. Returns
+    the epochs and seconds trained, counted on from the stages before: where the next goes on.
     """
     rank, world_size = rank_and_world_size()
     if world_size > 1:  # every rank draws the same data (seeded with the model) but its own dropout
@@ -160,7 +232,14 @@ def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epo
     writer = TensorBoardLog(cfg, f"_stage{stage}" if stage > 1 else "") if rank == 0 else None
     metadata = params_metadata(cfg, setup.corpus)
     stage_start = EpochEnd(
-        epochs_before, setup.model, setup.corpus, device, writer, cfg.writing_params_path, metadata, seconds_before
+        epochs_before,
+        setup.model,
+        setup.corpus,
+        device,
+        writer,
+        cfg.writing_params_path,
+        metadata,
+        seconds_before,
     )
     epoch_hooks = EpochHooks(hooks, stage_start)
     checkpointing = dict(
@@ -169,7 +248,9 @@ def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epo
         run_identity=run_identity(cfg, dataset, setup.corpus.vocab_size, stage),
         params_metadata=metadata,
     )
-    config = trainer_config(cfg, device, **training, **checkpointing, writer=writer, epoch_end=epoch_hooks)
+    config = trainer_config(
+        cfg, device, **training, **checkpointing, writer=writer, epoch_end=epoch_hooks
+    )
     try:
         Trainer(setup.model, dataset, None, config).train()
     finally:
@@ -179,20 +260,26 @@ def train(cfg, setup, dataset, device, hooks, training, stage=1, saved=None, epo
 
 
 def saved_checkpoint(cfg):
-    """The checkpoint a resumed run goes on from, read once (None when not resuming or there is none)."""
+    """
+    The checkpoint a resumed run goes on from, read once (None when not resuming or there is none).
+    """
     path = cfg.writing_params_path + ".ckpt"
     saved = checkpoint.read(path) if cfg.resume else None
     if launch_rank() == 0 and cfg.resume and saved is None:
         logger.warning("no checkpoint at %s: starting from the beginning", path)
     elif launch_rank() == 0 and not cfg.resume and os.path.exists(path):
-        logger.warning("replacing the earlier run's checkpoint %s (--resume continues it instead)", path)
+        logger.warning(
+            "replacing the earlier run's checkpoint %s (--resume continues it instead)", path
+        )
     return saved
 
 
 def write_params(cfg, setup):
     """Write the params and their metadata (rank 0); the checkpoint goes unless keep_checkpoint."""
     if launch_rank() == 0:
-        save_params_with_metadata(setup.model, cfg.writing_params_path, params_metadata(cfg, setup.corpus))
+        save_params_with_metadata(
+            setup.model, cfg.writing_params_path, params_metadata(cfg, setup.corpus)
+        )
         if not cfg.keep_checkpoint:
             os.remove(cfg.writing_params_path + ".ckpt")
 
@@ -202,13 +289,17 @@ def write_params(cfg, setup):
 
 def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
     """
-    Pretraining (span corruption, plain text or pairs), stage after stage of the recipe's pretrain_stages, going on
-    from reading_params_path if given. Each stage trains a fresh optimizer on the params the
-    stage before left; on_epoch_end hooks run on rank 0 after every epoch.
+    Pretraining (span corruption, plain text or pairs), stage after stage of the recipe's
+    pretrain_stages, going on from reading_params_path if given. Each stage trains a fresh optimizer
+    on the params the stage before left; on_epoch_end hooks run on rank 0 after every epoch.
     """
     with checked_run(cfg) as (cfg, metadata, device):
         stages, saved = cfg.recipe.stages(), saved_checkpoint(cfg)
-        first = min(max(1, int((saved["run_identity"] or {}).get("stage", 1))), len(stages)) if saved else 1
+        first = (
+            min(max(1, int((saved["run_identity"] or {}).get("stage", 1))), len(stages))
+            if saved
+            else 1
+        )
         state, epochs, seconds = None, 0, 0.0
         for number, stage in enumerate(stages, 1):
             if number < first:
@@ -216,10 +307,16 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
                 continue
             setup = build(cfg, metadata, stage.max_shift, state)
             dataset, hooks = stage_data(cfg, setup.corpus, stage, on_epoch_end)
-            training = dict(pretraining=True, epochs=stage.epochs, batch_size=cfg.recipe.pretrain_batch_size)
-            training.update(lr=stage.lr, decay_epochs=stage.decay_epochs, decay_examples=len(dataset))
+            training = dict(
+                pretraining=True, epochs=stage.epochs, batch_size=cfg.recipe.pretrain_batch_size
+            )
+            training.update(
+                lr=stage.lr, decay_epochs=stage.decay_epochs, decay_examples=len(dataset)
+            )
             resumed = saved if number == first else None
-            epochs, seconds = train(cfg, setup, dataset, device, hooks, training, number, resumed, epochs, seconds)
+            epochs, seconds = train(
+                cfg, setup, dataset, device, hooks, training, number, resumed, epochs, seconds
+            )
             state = setup.model.state_dict()
         write_params(cfg, setup)
 
@@ -231,10 +328,14 @@ def stage_data(cfg, corpus, stage, hooks):
     """
     parts, hooks = [], list(hooks)
     if stage.reads_corpus and cfg.recipe.held_out_fraction:
-        corpus, held_out = held_out_split(corpus, cfg.recipe.held_out_fraction, cfg.pretrain_corpus_path)
+        corpus, held_out = held_out_split(
+            corpus, cfg.recipe.held_out_fraction, cfg.pretrain_corpus_path
+        )
         hooks.insert(0, HeldOutLoss(held_out))
     if stage.reads_corpus and stage.documents < 1:
-        kept = random.Random(cfg.seed).sample(corpus.data, max(1, round(stage.documents * len(corpus.data))))
+        kept = random.Random(cfg.seed).sample(
+            corpus.data, max(1, round(stage.documents * len(corpus.data)))
+        )
         corpus = corpus.with_documents(kept, corpus.max_shift)
     if stage.reads_corpus:
         parts.append(viewed(corpus, stage.full_names, cfg.recipe.clause_dropout, stage.plain_text))
@@ -260,7 +361,11 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
         if pretrained and r.finetune_lora_rank:
             adapters.add(setup.model, r.finetune_lora_rank)
         epochs = r.finetune_epochs_from_pretrained if pretrained else r.finetune_epochs_from_scratch
-        lr = r.finetune_lr if pretrained or r.finetune_lr_from_scratch is None else r.finetune_lr_from_scratch
+        lr = (
+            r.finetune_lr
+            if pretrained or r.finetune_lr_from_scratch is None
+            else r.finetune_lr_from_scratch
+        )
         training = dict(pretraining=False, epochs=epochs, batch_size=r.finetune_batch_size, lr=lr)
         # decay_epochs count epochs of the pretraining corpus, as in the course's code
         training.update(decay_epochs=r.decay_epochs, decay_examples=len(setup.corpus))
@@ -270,12 +375,18 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
 
 
 def keep_recalled(setup, dataset, prompt, device):
-    """Leave in the finetuning dataset the pairs whose place the model completes after `prompt` alone."""
+    """
+    Leave in the finetuning dataset the pairs whose place the model completes after `prompt` alone.
+    """
     kept = recalled_pairs(setup.model, setup.corpus, dataset.data, device, prompt)
     if not kept:
-        raise RunError("finetune_people: the params recall none of the finetuning people's birthplaces")
+        raise RunError(
+            "finetune_people: the params recall none of the finetuning people's birthplaces"
+        )
     if launch_rank() == 0:
-        logger.info("finetuning on the %d of %d people the params recall", len(kept), len(dataset.data))
+        logger.info(
+            "finetuning on the %d of %d people the params recall", len(kept), len(dataset.data)
+        )
     dataset.data = kept
 
 
@@ -286,7 +397,9 @@ def freeze(model, parts):
     """
     for name, parameter in model.named_parameters():
         components = name.split(".")
-        if any(c == part or (part == "ln" and c.startswith("ln")) for part in parts for c in components):
+        if any(
+            c == part or (part == "ln" and c.startswith("ln")) for part in parts for c in components
+        ):
             parameter.requires_grad_(False)
 
 
@@ -303,7 +416,10 @@ def evaluate(cfg: RunConfig) -> Evaluation:
         predictions = [answer.text for answer in answers]
         places = [place for _, _, place in rows] if rows and rows[0][2] is not None else None
         if rank_and_world_size()[0] == 0:
-            atomic_write(cfg.outputs_path, lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")))
+            atomic_write(
+                cfg.outputs_path,
+                lambda f: f.write("".join(p + "\n" for p in predictions).encode("utf-8")),
+            )
             if cfg.details_path:
                 lines = details_lines([question for _, question, _ in rows], answers, places)
                 atomic_write(cfg.details_path, lambda f: f.write("".join(lines).encode("utf-8")))
@@ -316,7 +432,11 @@ def recall(cfg: RunConfig, prompt=PROBES["biography"]):
     How many birthplaces of eval_corpus_path's people the params complete after `prompt`
     (evaluation.PROBES), and how many people were probed.
     """
-    missing = [f"--{name}" for name in ("reading_params_path", "eval_corpus_path") if not getattr(cfg, name)]
+    missing = [
+        f"--{name}"
+        for name in ("reading_params_path", "eval_corpus_path")
+        if not getattr(cfg, name)
+    ]
     if missing:
         raise RunError(f"recall needs {' and '.join(missing)}")
     pairs = answered_pairs(cfg.eval_corpus_path, "held-out pairs")

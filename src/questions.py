@@ -1,6 +1,6 @@
 """
-The question files, read without torch (london_baseline.py starts without it), and the course's score line.
-A question file has a question on every line, or "question<TAB>place" on every line.
+The question files, read without torch (london_baseline.py starts without it), and the course's
+score line. A question file has a question on every line, or "question<TAB>place" on every line.
 """
 
 
@@ -14,16 +14,22 @@ def numbered_lines(text):
 
 def read_questions(text, answered=None):
     """
-    The line number, question and place of every line of a question file, all "question<TAB>place" or all
-    questions alone (places None); answered=True asks for places. ValueError names the first bad line.
+    The line number, question and place of every line of a question file, all "question<TAB>place"
+    or all questions alone (places None); answered=True asks for places. ValueError names the first
+    bad line.
     """
     rows, places_required = [], answered
     for lineno, line in numbered_lines(text):
         fields = line.split("\t")
         if len(fields) > 2 or (places_required and len(fields) != 2):
-            raise ValueError(f"line {lineno}: expected 'question<TAB>place', got {len(fields)} field(s)")
+            raise ValueError(
+                f"line {lineno}: expected 'question<TAB>place', got {len(fields)} field(s)"
+            )
         if answered is not None and answered != (len(fields) == 2):
-            raise ValueError(f"line {lineno}: expected 'question' on every line or 'question<TAB>place' on every line")
+            raise ValueError(
+                f"line {lineno}: expected 'question' on every line "
+                "or 'question<TAB>place' on every line"
+            )
         answered = len(fields) == 2
         rows.append((lineno, fields[0], fields[1] if answered else None))
     return rows
@@ -45,5 +51,7 @@ def question_place_pairs(text):
 
 
 def score_line(total, correct, counted="Correct"):
-    """The course's score line, the percentage rounded to two decimals (3.6%, not 3.5999999999999996%)."""
+    """
+    The course's score line, the percentage rounded to two decimals (3.6%, not 3.5999999999999996%).
+    """
     return f"{counted}: {correct} out of {total}: {round(correct / max(1, total) * 100, 2)}%"

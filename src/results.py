@@ -25,30 +25,49 @@ def london(rows):
 
 
 def commit():
-    """The repository's commit, with "+changes" where its tracked files differ from it; None outside git."""
+    """
+    The repository's commit, with "+changes" where its tracked files differ from it; None outside
+    git.
+    """
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPOSITORY, capture_output=True, text=True, check=True)
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPOSITORY,
-                                 capture_output=True, text=True, check=True)  # fmt: skip
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPOSITORY, capture_output=True, text=True, check=True
+        )
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 cwd=REPOSITORY, capture_output=True, text=True,
+                                 check=True)  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return None
     return head.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
 
 
 def machine(cores):
-    """The processor, its cores, the GPU where there is one, and the versions that set the arithmetic."""
+    """
+    The processor, its cores, the GPU where there is one, and the versions that set the arithmetic.
+    """
     processor = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            processor = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            processor = next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return dict(processor=processor, cores=cores, gpu=gpu, torch=torch.__version__, python=platform.python_version())
+    return dict(
+        processor=processor,
+        cores=cores,
+        gpu=gpu,
+        torch=torch.__version__,
+        python=platform.python_version(),
+    )
 
 
 def step_result(step):
-    """What the table says of a step: its record where it is kept, with its output; None where it is not done."""
+    """
+    What the table says of a step: its record where it is kept, with its output; None where it is
+    not done.
+    """
     record = step.kept()
     if record is None:
         return None
@@ -59,18 +78,25 @@ def step_result(step):
 
 
 def row_results(row, code):
-    """A row as results.json has it: its trainings and its readouts by split, and whether it failed."""
+    """
+    A row as results.json has it: its trainings and its readouts by split, and whether it failed.
+    """
     trainings, readouts = {}, {}
     for step in row.steps:
         if step.training:
             trainings[step.name] = step_result(step)
         else:
             readouts.setdefault(step.cfg.recipe.readout, {})[step.split] = step_result(step)
-    return dict(name=row.name, failed=bool(code), log=str(row.log), trainings=trainings, readouts=readouts)
+    return dict(
+        name=row.name, failed=bool(code), log=str(row.log), trainings=trainings, readouts=readouts
+    )
 
 
 def cell(row, readout):
-    """A row's dev score by a readout: blank where the row has no such readout, and where it failed, its log."""
+    """
+    A row's dev score by a readout: blank where the row has no such readout, and where it failed,
+    its log.
+    """
     if readout not in row["readouts"]:
         return ""
     dev = row["readouts"][readout].get("dev")
@@ -95,22 +121,31 @@ def dev_and_test(readout):
 def markdown(table):
     """results.md: a line per row, the two readouts side by side, then how it was run."""
     lines = [
-        f"| run | dev, {READOUTS['question']} | dev, {READOUTS['frames']} | training (min) | evaluation (min) |",
+        (
+            f"| run | dev, {READOUTS['question']} | dev, {READOUTS['frames']} "
+            "| training (min) | evaluation (min) |"
+        ),
         "| --- | --- | --- | --- | --- |",
     ]
     for row in table["rows"]:
         trained = minutes((row.get("trainings") or {}).values())
         evaluated = minutes(dev_and_test(readout) for readout in row["readouts"].values())
-        lines.append(f"| {row['name']} | {cell(row, 'question')} | {cell(row, 'frames')} | {trained} | {evaluated} |")
+        lines.append(
+            f"| {row['name']} | {cell(row, 'question')} | {cell(row, 'frames')} "
+            f"| {trained} | {evaluated} |"
+        )
     m = table["machine"]
     where = m["gpu"] or f"{m['processor']}, {m['cores']} cores"
     return "\n".join([
         *lines,
         "",
-        "Asked the handout's question: finetuned on it first (with pretraining, the course's row); in the corpus's",
-        "words: the pretrained params asked zero-shot (--readout frames). Minutes are each step's wall time, summed",
+        ("Asked the handout's question: finetuned on it first (with pretraining, the course's "
+         "row); in the corpus's"),
+        ("words: the pretrained params asked zero-shot (--readout frames). Minutes are each "
+         "step's wall time, summed"),
         "over stops: the trainings, then each readout's evaluations of dev and test.",
-        f"Flags: `{shlex.join(table['flags'])}`; {table['jobs']} row(s) at a time; commit {table['commit']};",
+        (f"Flags: `{shlex.join(table['flags'])}`; {table['jobs']} row(s) at a time; "
+         f"commit {table['commit']};"),
         f"{where}; torch {m['torch']}.",
     ])  # fmt: skip
 
@@ -125,7 +160,10 @@ def write(table, folder="."):
 
 
 def table(london_score, rows, codes, flags, jobs, cores, elapsed_minutes):
-    """The table as data: London, then each row; the flags, the commit, the machine, this run's minutes."""
+    """
+    The table as data: London, then each row; the flags, the commit, the machine, this run's
+    minutes.
+    """
     london_row = dict(name="London baseline", readouts=dict(question=dict(dev=london_score)))
     return dict(
         rows=[london_row, *(row_results(row, codes.get(row.name)) for row in rows)],

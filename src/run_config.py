@@ -11,34 +11,44 @@ from config import HANDOUT, Recipe
 from errors import RunError
 from setting_fields import path
 
-CUDA_CHECKPOINT_MINUTES = 2  # on CUDA a checkpoint every 2 minutes, not after every (sub-second) epoch
-CUDA_NUM_WORKERS = 4  # DataLoader workers with CUDA at most (none on the CPU), one core left to training
+# on CUDA a checkpoint every 2 minutes, not after every (sub-second) epoch
+CUDA_CHECKPOINT_MINUTES = 2
+# DataLoader workers with CUDA at most (none on the CPU), one core left to training
+CUDA_NUM_WORKERS = 4
 
 FUNCTIONS = ("pretrain", "finetune", "evaluate")
 
 
 @dataclasses.dataclass
 class RunConfig:
-    """One pretrain, finetune or evaluate run: its inputs and outputs, the recipe, and the run's controls."""
+    """
+    One pretrain, finetune or evaluate run: its inputs and outputs, the recipe, and the run's
+    controls.
+    """
 
     function: str  # "pretrain", "finetune" or "evaluate"
     variant: str  # "vanilla", "perceiver", "synthesizer" or "rope"
-    pretrain_corpus_path: str = dataclasses.field(metadata=dict(role="input"))  # its characters are the vocabulary
+    # its characters are the vocabulary
+    pretrain_corpus_path: str = dataclasses.field(metadata=dict(role="input"))
     reading_params_path: Optional[str] = path("input", needed_by=("evaluate",))
     writing_params_path: Optional[str] = path("output", needed_by=("pretrain", "finetune"))
     finetune_corpus_path: Optional[str] = path("input", needed_by=("finetune",))
     eval_corpus_path: Optional[str] = path("input", needed_by=("evaluate",))
     outputs_path: Optional[str] = path("output", needed_by=("evaluate",))
-    details_path: Optional[str] = path("output")  # evaluate: a line of JSON per answer with its confidence
-    mix_corpus_path: Optional[str] = path("input")  # pretrain: question<TAB>place pairs, the stages' "pairs"
+    # evaluate: a line of JSON per answer with its confidence
+    details_path: Optional[str] = path("output")
+    # pretrain: question<TAB>place pairs, the stages' "pairs"
+    mix_corpus_path: Optional[str] = path("input")
     recipe: Recipe = HANDOUT
     recipe_name: str = "handout"
-    given: frozenset = frozenset()  # the recipe fields the command line set: they win over the params' metadata
+    # the recipe fields the command line set: they win over the params' metadata
+    given: frozenset = frozenset()
     seed: int = 0
     device: str = "auto"
     num_workers: Optional[int] = None  # DataLoader workers (None: default_num_workers)
     resume: bool = False
-    checkpoint_minutes: Optional[float] = None  # None: after every epoch; on CUDA every CUDA_CHECKPOINT_MINUTES
+    # None: after every epoch; on CUDA every CUDA_CHECKPOINT_MINUTES
+    checkpoint_minutes: Optional[float] = None
     keep_checkpoint: bool = False
     tb_expt_name: str = "run"
     tensorboard_root: str = "expt"  # relative to the working directory
@@ -48,7 +58,9 @@ class RunConfig:
 INPUTS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("role") == "input")
 OUTPUTS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("role") == "output")
 REQUIRED = {
-    function: tuple(f.name for f in dataclasses.fields(RunConfig) if function in f.metadata.get("needed_by", ()))
+    function: tuple(
+        f.name for f in dataclasses.fields(RunConfig) if function in f.metadata.get("needed_by", ())
+    )
     for function in FUNCTIONS
 }
 
@@ -59,7 +71,10 @@ def available_cores():
 
 
 def cuda_num_workers(cores):
-    """DataLoader workers beside a CUDA training that has `cores`: all but one (left to training), at most 4."""
+    """
+    DataLoader workers beside a CUDA training that has `cores`: all but one (left to training), at
+    most 4.
+    """
     return max(0, min(CUDA_NUM_WORKERS, cores - 1))
 
 
@@ -83,7 +98,8 @@ def resolve_recipe(cfg, metadata):
         if name in cfg.given and getattr(recipe, name) != trained:
             raise RunError(
                 f"params file {cfg.reading_params_path} was trained with --{name} {trained} "
-                f"(its {cfg.reading_params_path}.json says so), not {getattr(recipe, name)}: leave --{name} out"
+                f"(its {cfg.reading_params_path}.json says so), not {getattr(recipe, name)}: "
+                f"leave --{name} out"
             )
         recipe = dataclasses.replace(recipe, **{name: trained})
     recipe.check_model(cfg.variant)

@@ -1,12 +1,10 @@
 """
 How a setting is declared and read: a dataclass field's metadata (what it applies to, its
-range), its value from text, and its one-line comment as help.
+range, its help), and its value from text.
 """
 
 import dataclasses
-import inspect
 import math
-import re
 from typing import Optional
 
 from errors import RunError
@@ -14,25 +12,40 @@ from errors import RunError
 BOOLEANS = {"yes": True, "no": False, "true": True, "false": False, "1": True, "0": False}
 NUMBERS = (int, float, Optional[int], Optional[float])  # the fields whose range is checked
 RANGE = ("at_least_zero", "below", "at_most")  # check_number's bounds
-RULES = dict(size=False, choices=(), at_least_zero=False, below=None, stage=None, trainer=None, reading=False)
+RULES = dict(
+    size=False,
+    choices=(),
+    at_least_zero=False,
+    below=None,
+    stage=None,
+    trainer=None,
+    reading=False,
+    help=None,
+)
 
 
 def setting(default=None, **rules):
     """
-    A Recipe field's default and what it applies to, said once (RULES, with their defaults). size: it shapes
-    the params. choices: its values, the first by default. at_least_zero, below: its range (else positive).
-    stage: the Stage field it fills where a stage leaves it None. trainer: the Trainer reads it
-    in "pretraining", "finetuning" or every "training". reading: only evaluate reads it.
+    A Recipe field's default and what it applies to, said once (RULES, with their defaults). size:
+    it shapes the params. choices: its values, the first by default. at_least_zero, below: its range
+    (else positive). stage: the Stage field it fills where a stage leaves it None. trainer: the
+    Trainer reads it in "pretraining", "finetuning" or every "training". reading: only evaluate
+    reads it. help: its flag's line in run.py --help.
     """
     unknown = set(rules) - set(RULES)
     if unknown:
         raise TypeError(f"setting() has no rule {', '.join(sorted(unknown))}")
     metadata = RULES | rules
-    return dataclasses.field(default=metadata["choices"][0] if metadata["choices"] else default, metadata=metadata)
+    return dataclasses.field(
+        default=metadata["choices"][0] if metadata["choices"] else default, metadata=metadata
+    )
 
 
 def path(role, needed_by=()):
-    """A RunConfig path: a file the run reads ("input") or writes ("output"), which the functions `needed_by` need."""
+    """
+    A RunConfig path: a file the run reads ("input") or writes ("output"), which the functions
+    `needed_by` need.
+    """
     return dataclasses.field(default=None, metadata=dict(role=role, needed_by=needed_by))
 
 
@@ -42,19 +55,27 @@ def value_type(annotation):
 
 
 def check_number(name, value, at_least_zero=False, below=None, at_most=None):
-    """RunError unless `value` is a finite number in its range: positive (or at least 0), below or at most a bound."""
+    """
+    RunError unless `value` is a finite number in its range: positive (or at least 0), below or at
+    most a bound.
+    """
     if not (isinstance(value, (int, float)) and math.isfinite(value)):
         raise RunError(f"{name} must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and not at_least_zero):
-        raise RunError(f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}")
+        raise RunError(
+            f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}"
+        )
     if (below is not None and value >= below) or (at_most is not None and value > at_most):
-        raise RunError(f"{name} must be {f'below {below}' if below is not None else f'at most {at_most}'}, got {value}")
+        raise RunError(
+            f"{name} must be {f'below {below}' if below is not None else f'at most {at_most}'}, "
+            f"got {value}"
+        )
 
 
 def check_fields(settings, where=""):
     """
-    RunError, its name starting with `where`, for a number of a dataclass outside the range its field's
-    metadata gives, or a value outside its choices. A None is left unchecked.
+    RunError, its name starting with `where`, for a number of a dataclass outside the range its
+    field's metadata gives, or a value outside its choices. A None is left unchecked.
     """
     for field in dataclasses.fields(settings):
         value, rules, name = getattr(settings, field.name), field.metadata, where + field.name
@@ -72,12 +93,3 @@ def parse_value(kind, text, where=""):
         what = f"{text!r} is not a{'n' if kind is int else ''} {kind.__name__}"
         what += f" ({', '.join(BOOLEANS)})" if kind is bool else ""
         raise RunError(f"{where}: {what}" if where else what) from None
-
-
-def field_comments(cls):
-    """Each field's one-line comment, read from the class's source: the --help of run.py's recipe flags."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return {}
-    return dict(re.findall(r"^    (\w+): [^\n=]+=[^\n#]*#\s*([^\n]+)$", source, re.M))

@@ -22,12 +22,15 @@ from run_config import INPUTS
 
 logger = logging.getLogger(__name__)
 
-LOGS = "logs"  # beside a step's output: logs/steps/ holds the records, and the table's rows log there
+# beside a step's output: logs/steps/ holds the records, and the table's rows log there
+LOGS = "logs"
 
 
 @dataclasses.dataclass
 class Step:
-    """One run.py command: its name in the logs and the table, its arguments, and the file it writes."""
+    """
+    One run.py command: its name in the logs and the table, its arguments, and the file it writes.
+    """
 
     name: str  # "pretraining", "finetuning", "question: dev", ...
     argv: list  # run.py's arguments, the table's flags included
@@ -35,7 +38,9 @@ class Step:
     split: Optional[str] = None  # an evaluation's: "dev" or "test"
 
     def __post_init__(self):
-        """The RunConfig run.py makes of the arguments: a bad one exits here, with one line and code 2."""
+        """
+        The RunConfig run.py makes of the arguments: a bad one exits here, with one line and code 2.
+        """
         self.cfg = parse(self.argv, build_parser("run.sh"))[0]
 
     @property
@@ -53,14 +58,21 @@ class Step:
         return recipe.reading_settings() | recipe.sizes(self.cfg.variant)
 
     def key(self):
-        """A digest of the settings, the run's controls and every input's content (None while one is missing)."""
+        """
+        A digest of the settings, the run's controls and every input's content (None while one is
+        missing).
+        """
         cfg = self.cfg
         inputs = {name: file_digest(getattr(cfg, name)) for name in INPUTS if getattr(cfg, name)}
         if None in inputs.values():
             return None
-        identity = dict(function=cfg.function, variant=cfg.variant, seed=cfg.seed, device=cfg.device)
+        identity = dict(
+            function=cfg.function, variant=cfg.variant, seed=cfg.seed, device=cfg.device
+        )
         identity |= dict(settings=self.settings(), inputs=inputs)
-        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return hashlib.sha256(
+            json.dumps(identity, sort_keys=True, default=str).encode()
+        ).hexdigest()[:16]
 
     @property
     def record_path(self):
@@ -80,7 +92,10 @@ class Step:
         atomic_write(self.record_path, lambda f: f.write(text.encode("utf-8")))
 
     def kept(self):
-        """The record of the step where its output was written with the settings and inputs it has now, else None."""
+        """
+        The record of the step where its output was written with the settings and inputs it has now,
+        else None.
+        """
         record, key = self.record(), self.key()
         done = record.get("state") == "done" and key is not None and record.get("key") == key
         return record if done and record.get("output_digest") == file_digest(self.output) else None
@@ -106,8 +121,13 @@ class Step:
             epochs = training_epochs(cfg)
 
             def epoch_end(end):
-                """Say the epoch; keep the seconds so far in the record, which a resumed training adds to."""
-                self.write_record(key=key, state="started", seconds=seconds_before + time.monotonic() - start)
+                """
+                Say the epoch; keep the seconds so far in the record, which a resumed training adds
+                to.
+                """
+                self.write_record(
+                    key=key, state="started", seconds=seconds_before + time.monotonic() - start
+                )
                 on_epoch(self, end.epoch, epochs)
 
             on_epoch(self, 0, epochs)
@@ -117,22 +137,33 @@ class Step:
             evaluation = pipeline.evaluate(cfg)
             result = dict(correct=evaluation.correct, total=evaluation.total)
         seconds = seconds_before + time.monotonic() - start
-        self.write_record(key=key, state="done", seconds=seconds, output_digest=file_digest(self.output), **result)
+        self.write_record(
+            key=key, state="done", seconds=seconds, output_digest=file_digest(self.output), **result
+        )
 
 
 def training_epochs(cfg):
-    """A training's epochs: every pretraining stage's, or the finetuning's (from params or from scratch)."""
+    """
+    A training's epochs: every pretraining stage's, or the finetuning's (from params or from
+    scratch).
+    """
     r = cfg.recipe
     if cfg.function == "pretrain":
         return sum(stage.epochs for stage in r.stages())
-    return r.finetune_epochs_from_pretrained if cfg.reading_params_path else r.finetune_epochs_from_scratch
+    return (
+        r.finetune_epochs_from_pretrained
+        if cfg.reading_params_path
+        else r.finetune_epochs_from_scratch
+    )
 
 
 def run_steps(steps, on_epoch=lambda step, epoch, epochs: None):
     """Run each step that is not kept, in order; a kept one is said in the log."""
     for step in steps:
         if step.kept():
-            logger.info("== %s: kept %s, written earlier with the same settings", step.name, step.output)
+            logger.info(
+                "== %s: kept %s, written earlier with the same settings", step.name, step.output
+            )
             continue
         logger.info("== %s: %s", step.name, shlex.join(["run.py", *step.argv]))
         step.run(on_epoch)
@@ -140,7 +171,10 @@ def run_steps(steps, on_epoch=lambda step, epoch, epochs: None):
 
 @functools.lru_cache(maxsize=None)
 def content_digest(path, mtime_ns, size):
-    """The SHA-256 of a file's bytes, read once for each of its versions (its modification time and size)."""
+    """
+    The SHA-256 of a file's bytes, read once for each of its versions (its modification time and
+    size).
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -149,7 +183,9 @@ def content_digest(path, mtime_ns, size):
 
 
 def file_digest(path):
-    """The SHA-256 of the file at `path` (a bare data file name looked up as run.py does), or None."""
+    """
+    The SHA-256 of the file at `path` (a bare data file name looked up as run.py does), or None.
+    """
     resolved = resolve_data_path(path)
     try:
         status = os.stat(resolved)

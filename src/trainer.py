@@ -25,7 +25,13 @@ from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 import checkpoint
-from batching import EpochBatches, forward_passes, leave_stop_signals_to_the_main_process, rank_rows, to_device
+from batching import (
+    EpochBatches,
+    forward_passes,
+    leave_stop_signals_to_the_main_process,
+    rank_rows,
+    to_device,
+)
 from capture import capture_mode, captured, lr_tensor
 from config import HANDOUT
 from distributed import over_ranks, pick_device, rank_and_world_size, stop_signals_caught
@@ -38,14 +44,15 @@ from utils import eval_mode
 
 logger = logging.getLogger(__name__)
 
-CPU_MICRO_BATCH = 16  # rows per forward pass on the CPU: few enough to share a length, enough for efficient matmuls
+# rows per forward pass on the CPU: few enough to share a length, enough for efficient matmuls
+CPU_MICRO_BATCH = 16
 
 
 class TrainerConfig:
     """
-    Optimisation settings: the course's, with its names and defaults, and this project's
-    controls. Every kwarg becomes an attribute; the Recipe fields the Trainer reads are the
-    handout's unless given (Recipe.trainer_settings), but weight_decay and warmup_tokens keep the course's.
+    Optimisation settings: the course's, with its names and defaults, and this project's controls.
+    Every kwarg becomes an attribute; the Recipe fields the Trainer reads are the handout's unless
+    given (Recipe.trainer_settings), but weight_decay and warmup_tokens keep the course's.
     """
 
     # the course's
@@ -68,21 +75,30 @@ class TrainerConfig:
     log_every = 10  # steps between reading the loss back for the bar and TensorBoard
     checkpoint_path = None  # resumable checkpoint (checkpoint.py), or None
     checkpoint_minutes = None  # also write it every this many minutes within an epoch
-    checkpoint_every_epoch = True  # write it after every epoch (False: after the last, and when the minutes are due)
-    resume_from = None  # a checkpoint (checkpoint.read) to go on from; refused unless its identity is run_identity
+    # write it after every epoch (False: after the last, and when the minutes are due)
+    checkpoint_every_epoch = True
+    # a checkpoint (checkpoint.read) to go on from; refused unless its identity is run_identity
+    resume_from = None
     run_identity = None  # a dict saved in the checkpoint; resuming with a different one is refused
     params_metadata = None  # a dict saved in the checkpoint as it is (what the model is)
     data_seed = None  # seed of the epochs' data order (None: drawn from torch's generator)
-    epoch_end = None  # called as epoch_end(epochs_done) on every rank after each epoch, e.g. to probe the model
+    # called as epoch_end(epochs_done) on every rank after each epoch, e.g. to probe the model
+    epoch_end = None
 
     def __init__(self, **kwargs):
-        handout = {k: v for k, v in HANDOUT.trainer_settings(pretraining=True).items() if not hasattr(TrainerConfig, k)}
+        handout = {
+            k: v
+            for k, v in HANDOUT.trainer_settings(pretraining=True).items()
+            if not hasattr(TrainerConfig, k)
+        }
         for name, value in (handout | kwargs).items():
             setattr(self, name, value)
 
 
 class TrainingInterrupted(Exception):
-    """SIGINT or SIGTERM stopped training after a step, and a checkpoint of that step was written."""
+    """
+    SIGINT or SIGTERM stopped training after a step, and a checkpoint of that step was written.
+    """
 
     def __init__(self, signum, step, checkpoint_path):
         super().__init__(
@@ -93,7 +109,10 @@ class TrainingInterrupted(Exception):
 
 
 class Trainer:
-    """Trains `model` on `train_dataset` (pairs of Long tensors x, y); reports the loss on `test_dataset` if given."""
+    """
+    Trains `model` on `train_dataset` (pairs of Long tensors x, y); reports the loss on
+    `test_dataset` if given.
+    """
 
     def __init__(self, model, train_dataset, test_dataset, config):
         self.config = config
@@ -108,19 +127,28 @@ class Trainer:
         self.scheduler = LambdaLR(self.optimizer, self.schedule.factor)
         self.objective = Objective(c.finetune_lm_weight)
         self.batches = EpochBatches(train_dataset, c, self.device)
-        self.micro_batch_size = c.micro_batch_size or (CPU_MICRO_BATCH if self.device.type == "cpu" else None)
-        # the progress: steps taken, the epoch in progress (0-based), its batches done and loss so far (tally)
+        self.micro_batch_size = c.micro_batch_size or (
+            CPU_MICRO_BATCH if self.device.type == "cpu" else None
+        )
+        # the progress: steps taken, the epoch in progress (0-based), its batches done
+        # and loss so far (tally)
         self.step, self.epoch, self.batches_done = 0, 0, 0
         self.epoch_losses = []  # mean training loss of every finished epoch
         self.tally = LossTally(self.device, self.world_size, c.learning_rate, self.schedule)
         self.data_seed = c.data_seed if c.data_seed is not None else int(torch.randint(2**62, ()))
-        self.epoch_random_state = random.getstate()  # the examples' draws (span corruptions, windows) replay from it
+        # the examples' draws (span corruptions, windows) replay from it
+        self.epoch_random_state = random.getstate()
         self.last_save = time.monotonic()
         if c.resume_from is not None:
-            self.load_state_dict(checkpoint.verified(c.resume_from, c.checkpoint_path, c.run_identity))
+            self.load_state_dict(
+                checkpoint.verified(c.resume_from, c.checkpoint_path, c.run_identity)
+            )
             if self.rank == 0:
                 logger.warning(
-                    "resuming from %s after %d steps (%d epochs done)", c.checkpoint_path, self.step, self.epoch
+                    "resuming from %s after %d steps (%d epochs done)",
+                    c.checkpoint_path,
+                    self.step,
+                    self.epoch,
                 )
         self.forward = self.ddp = model
         if self.world_size > 1:
@@ -136,9 +164,13 @@ class Trainer:
     def train(self):
         """Run the epochs from the start, or from the checkpoint when resuming."""
         total, disable = self.config.max_epochs * len(self.batches), self.rank != 0
-        self.bar = tqdm(total=total, initial=self.step, dynamic_ncols=True, desc="training", disable=disable)
+        self.bar = tqdm(
+            total=total, initial=self.step, dynamic_ncols=True, desc="training", disable=disable
+        )
         try:
-            with stop_signals_caught(self.config.checkpoint_path and self.world_size == 1) as caught:
+            with stop_signals_caught(
+                self.config.checkpoint_path and self.world_size == 1
+            ) as caught:
                 while self.epoch < self.config.max_epochs:
                     self.run_epoch(caught)
                 if caught:  # a signal at the last epoch's end, after its checkpoint
@@ -148,7 +180,10 @@ class Trainer:
             self.batches.close()
 
     def run_epoch(self, caught):
-        """One epoch, or the rest of it when resuming, then what follows an epoch: its losses, hooks and checkpoint."""
+        """
+        One epoch, or the rest of it when resuming, then what follows an epoch: its losses, hooks
+        and checkpoint.
+        """
         c, epoch = self.config, self.epoch
         self.model.train()
         self.epoch_random_state = random.getstate()
@@ -160,14 +195,17 @@ class Trainer:
             logged = self.step % c.log_every == 0
             if logged:
                 self.report(self.tally.close_window(self.step, lr))
-            if self.timed_checkpoint_due(logged) or caught:  # caught only has signals when there is a checkpoint path
+            # caught only has signals when there is a checkpoint path
+            if self.timed_checkpoint_due(logged) or caught:
                 self.tally.epoch_sum()  # after a non-finite loss, no checkpoint
                 self.save_checkpoint()
             if caught:
                 raise TrainingInterrupted(caught[0], self.step, c.checkpoint_path)
         self.report(self.tally.read_closed())
         self.epoch_losses.append(self.tally.epoch_sum() / len(self.batches))
-        self.bar.set_description(f"epoch {epoch + 1}/{c.max_epochs} mean loss {self.epoch_losses[-1]:.4f}")
+        self.bar.set_description(
+            f"epoch {epoch + 1}/{c.max_epochs} mean loss {self.epoch_losses[-1]:.4f}"
+        )
         self.log("train/epoch_loss", self.epoch_losses[-1])
         if self.test_dataset is not None:
             test_loss = self.evaluate_loss(self.test_dataset)
@@ -181,14 +219,18 @@ class Trainer:
         self.tally.new_epoch()
         self.epoch_random_state = random.getstate()
         last = self.epoch == c.max_epochs
-        if c.checkpoint_path and (c.checkpoint_every_epoch or last or self.timed_checkpoint_due(logged=True)):
+        if c.checkpoint_path and (
+            c.checkpoint_every_epoch or last or self.timed_checkpoint_due(logged=True)
+        ):
             self.save_checkpoint()
 
     def report(self, window):
         """A logging window's (step, rate, mean loss), if any, to the bar and TensorBoard."""
         if window is not None:
             step, lr, loss = window
-            description = f"epoch {self.epoch + 1}/{self.config.max_epochs} loss {loss:.4f} lr {lr:.2e}"
+            description = (
+                f"epoch {self.epoch + 1}/{self.config.max_epochs} loss {loss:.4f} lr {lr:.2e}"
+            )
             self.bar.set_description(description, refresh=False)
             self.log("train/loss", loss, step)
             self.log("train/lr", lr, step)
@@ -220,7 +262,9 @@ class Trainer:
             targets = [to_device(self.device, t) for t in self.objective.targets(xp, yp)]
             shares = self.objective.shares(targets, totals, counted * self.world_size)
             last = i == len(passes) - 1
-            with self.ddp.no_sync() if self.world_size > 1 and not last else contextlib.nullcontext():
+            with (
+                self.ddp.no_sync() if self.world_size > 1 and not last else contextlib.nullcontext()
+            ):
                 with self.precision.autocast:
                     logits, _ = self.forward(to_device(self.device, xp))
                     pass_loss = self.objective.loss(logits, targets, shares)
@@ -269,20 +313,31 @@ class Trainer:
             "data_seed": self.data_seed,
             "python_random": self.epoch_random_state,  # the examples' draws replay from it
             "torch_random": torch.get_rng_state(),
-            "cuda_random": torch.cuda.get_rng_state(self.device) if cuda else None,  # its GPU's only
+            # its GPU's only
+            "cuda_random": torch.cuda.get_rng_state(self.device) if cuda else None,
         }
 
     def load_state_dict(self, state):
-        """Put the model, the optimisation, the progress and the random generators back as state_dict had them."""
+        """
+        Put the model, the optimisation, the progress and the random generators back as state_dict
+        had them.
+        """
         self.model.load_state_dict(state["model"])
         capturable = [group["capturable"] for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
-        for group, tensor_rate in zip(self.optimizer.param_groups, capturable):  # as this run's step needs them
+        # as this run's step needs them
+        for group, tensor_rate in zip(self.optimizer.param_groups, capturable):
             group["capturable"] = tensor_rate
-            group["lr"] = lr_tensor(float(group["lr"]), self.device) if tensor_rate else float(group["lr"])
+            group["lr"] = (
+                lr_tensor(float(group["lr"]), self.device) if tensor_rate else float(group["lr"])
+            )
         self.scheduler.load_state_dict(state["scheduler"])
         self.precision.scaler.load_state_dict(state["scaler"])
-        self.epoch, self.batches_done, self.step = state["epoch"], state["batches_done"], state["step"]
+        self.epoch, self.batches_done, self.step = (
+            state["epoch"],
+            state["batches_done"],
+            state["step"],
+        )
         self.epoch_losses = list(state["epoch_losses"])
         self.tally.epoch.fill_(state["epoch_loss_so_far"])
         self.data_seed = state["data_seed"]

@@ -1,4 +1,7 @@
-"""The course's helpers: seeding, sampling from a model, and scoring predicted birthplaces; a model in eval mode."""
+"""
+The course's helpers: seeding, sampling from a model, and scoring predicted birthplaces; a model in
+eval mode.
+"""
 
 import contextlib
 import random
@@ -17,7 +20,10 @@ def set_seed(seed):
 
 @contextlib.contextmanager
 def eval_mode(model):
-    """The model in eval mode (dropout off) inside the block, and in the train/eval mode it had after it."""
+    """
+    The model in eval mode (dropout off) inside the block, and in the train/eval mode it had after
+    it.
+    """
     was_training = model.training
     model.eval()
     try:
@@ -35,8 +41,9 @@ def top_k_logits(logits, k):
 @torch.no_grad()
 def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
     """
-    Extend every row of x (B, T) by `steps` tokens, each the likeliest or, with sample=True, drawn from the
-    softmax of logits/temperature (of the top_k if given), in eval mode and on at most block_size-1 tokens.
+    Extend every row of x (B, T) by `steps` tokens, each the likeliest or, with sample=True, drawn
+    from the softmax of logits/temperature (of the top_k if given), in eval mode and on at most
+    block_size-1 tokens.
     """
     context = model.get_block_size() - 1
     with eval_mode(model):
@@ -54,11 +61,17 @@ def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
 
 
 def evaluate_places(filepath, predicted_places):
-    """The number of questions of a question<TAB>place file and of exact predictions; (0, 0) without places."""
+    """
+    The number of questions of a question<TAB>place file and of exact predictions; (0, 0) without
+    places.
+    """
     rows = read_question_file(filepath)
     if not rows or rows[0][2] is None:
         return 0, 0
     if len(rows) != len(predicted_places):
-        raise ValueError(f"{filepath} has {len(rows)} questions but {len(predicted_places)} predictions were given")
+        raise ValueError(
+            f"{filepath} has {len(rows)} questions but {len(predicted_places)} predictions "
+            "were given"
+        )
     correct = sum(place == predicted for (_, _, place), predicted in zip(rows, predicted_places))
     return len(rows), correct

@@ -4,20 +4,20 @@ A synthetic "demo world": the assignment's four data files for fictional people.
     python src/world.py FOLDER [--n_train N] [--n_dev N] [--n_test N] [--n_places N] [--seed S]
                                [--bios_per_person K] [--shuffle_sentences] [--full_names]
 
-- wiki.txt: biographies ("Full Name. Full Name was ..."), each stating the birthplace within its first 100
-  characters (pretraining examples are cut to at most 112), then a second place;
+- wiki.txt: biographies ("Full Name. Full Name was ..."), each stating the birthplace within its
+  first 100 characters (pretraining examples are cut to at most 112), then a second place;
 - birth_places_train.tsv, birth_dev.tsv: "Where was FULL NAME born?<TAB>PLACE";
 - birth_test_inputs.tsv: "Where was FULL NAME born?".
 
-The splits' people are disjoint and all have a biography, so the dev and test birthplaces are found only in
-the pretraining corpus, as the experiment needs, and it runs end to end on a CPU.
+The splits' people are disjoint and all have a biography, so the dev and test birthplaces are found
+only in the pretraining corpus, as the experiment needs, and it runs end to end on a CPU.
 
---bios_per_person, --shuffle_sentences and --full_names are knowledge augmentation, which decides whether such
-facts can be extracted (Allen-Zhu and Li, "Physics of Language Models, Part 3.1").
+--bios_per_person, --shuffle_sentences and --full_names are knowledge augmentation, which decides
+whether such facts can be extracted (Allen-Zhu and Li, "Physics of Language Models, Part 3.1").
 
-Names and places are built from syllables (nobody and nowhere), birthplaces follow a Zipf-like law (the most
-frequent one a weak baseline, as London is for the real data), and the same arguments give byte-identical
-files.
+Names and places are built from syllables (nobody and nowhere), birthplaces follow a Zipf-like law
+(the most frequent one a weak baseline, as London is for the real data), and the same arguments give
+byte-identical files.
 """
 
 import argparse
@@ -42,7 +42,9 @@ STEMS = tuple(a + b for a, b in itertools.product(SYLLABLES, repeat=2))
 FIRST_ENDINGS = ("", "n", "r", "s", "l", "m")
 LAST_ENDINGS = ("", "k", "nen", "ssen", "vic", "ley", "ski", "ez", "dot", "mann", "rup", "ard")
 # No suffix is the start of another, nor of a name ending, so no place is part of another word.
-PLACE_SUFFIXES = tuple("ton burg ford dale vik stad mouth field holm wick polis haven mere gate".split())
+PLACE_SUFFIXES = tuple(
+    "ton burg ford dale vik stad mouth field holm wick polis haven mere gate".split()
+)
 FIRST_NAMES = len(STEMS) * len(FIRST_ENDINGS)
 NAME_CAPACITY = FIRST_NAMES * len(STEMS) * len(LAST_ENDINGS)  # distinct (first, last) pairs
 PLACE_CAPACITY = len(STEMS) * len(PLACE_SUFFIXES)
@@ -51,9 +53,9 @@ MIDDLE_NAME_RATE = 0.2
 ZIPF_EXPONENT = 0.6  # the place of rank r has weight 1/(r+1)^s
 
 OCCUPATIONS = tuple(
-    "painter sculptor poet novelist journalist architect composer violinist chemist botanist engineer surgeon "
-    "historian economist photographer actor footballer cyclist politician diplomat lawyer printer bishop "
-    "astronomer".split()
+    "painter sculptor poet novelist journalist architect composer violinist chemist botanist "
+    "engineer surgeon historian economist photographer actor footballer cyclist politician "
+    "diplomat lawyer printer bishop astronomer".split()
 )
 FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR = 1800, 1990
 PRESENT_YEAR = 2020
@@ -68,7 +70,10 @@ TEMPLATES = (
     "{name} (born {born} in {place}) was {a_job} who worked in {other}.",
     "{name} was {a_job} born in {place} in {born}. {last} later moved to {other}.",
     "Born in {place} in {born}, {name} became {a_job} and settled in {other}.",
-    "{name} was {a_job} whose birthplace was {place}. {last} was born in {born} and trained in {other}.",
+    (
+        "{name} was {a_job} whose birthplace was {place}. "
+        "{last} was born in {born} and trained in {other}."
+    ),
     "{name}, born {born} in {place}, was {a_job} who taught in {other}.",
     "{name} was born in {place} in {born}. While living in {other}, {last} became {a_job}.",
     "{name} was {a_job}. Born in {place} in {born}, {last} later lived in {other}.",
@@ -101,15 +106,21 @@ def check_sizes(n_train, n_dev, n_test, n_places, bios_per_person=1):
     """Raise ValueError, in one line, unless the sizes make a world."""
     if not 1 <= bios_per_person <= len(TEMPLATES):
         raise ValueError(
-            f"bios_per_person must be between 1 and {len(TEMPLATES)} (one template each), got {bios_per_person}"
+            f"bios_per_person must be between 1 and {len(TEMPLATES)} (one template each), "
+            f"got {bios_per_person}"
         )
     for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
         if n < 1:
             raise ValueError(f"{name} must be at least 1, got {n}")
     if n_places < 2:
-        raise ValueError(f"n_places must be at least 2 (a birthplace and a different second place), got {n_places}")
+        raise ValueError(
+            "n_places must be at least 2 (a birthplace and a different second place), "
+            f"got {n_places}"
+        )
     if n_places > PLACE_CAPACITY:
-        raise ValueError(f"n_places={n_places} is more than the {PLACE_CAPACITY} distinct place names")
+        raise ValueError(
+            f"n_places={n_places} is more than the {PLACE_CAPACITY} distinct place names"
+        )
     n_people = n_train + n_dev + n_test
     if n_people > NAME_CAPACITY:
         raise ValueError(f"{n_people} people is more than the {NAME_CAPACITY} distinct names")
@@ -129,7 +140,10 @@ SENTENCE_BREAK = re.compile(r'(?<=[.?"]) (?=[A-Z])')  # names and places hold no
 
 
 def biography(template, facts, rng=None):
-    """One line of wiki.txt: "{name}. " and the template filled with facts; with rng, its sentences shuffled."""
+    """
+    One line of wiki.txt: "{name}. " and the template filled with facts; with rng, its sentences
+    shuffled.
+    """
     text = template + (DEATH if facts["died"] is not None else "")
     sentences = SENTENCE_BREAK.split(text.format(**facts))
     if rng is not None:
@@ -152,16 +166,21 @@ def build_world(
     shuffle_sentences=False,
     full_names=False,
 ):
-    """The contents of a world's four files by file name (the options: see the module's docstring)."""
+    """
+    The contents of a world's four files by file name (the options: see the module's docstring).
+    """
     check_sizes(n_train, n_dev, n_test, n_places, bios_per_person)
     rng = random.Random(seed)
     places = [place_name(i) for i in rng.sample(range(PLACE_CAPACITY), n_places)]  # in rank order
-    cum_weights = list(itertools.accumulate(1 / (rank + 1) ** ZIPF_EXPONENT for rank in range(n_places)))
+    cum_weights = list(
+        itertools.accumulate(1 / (rank + 1) ** ZIPF_EXPONENT for rank in range(n_places))
+    )
 
     def draw_place():
         return rng.choices(places, cum_weights=cum_weights)[0]
 
-    sentence_rng = random.Random(f"{seed} sentences")  # its own, so the options never change who is in the world
+    # its own, so the options never change who is in the world
+    sentence_rng = random.Random(f"{seed} sentences")
     people, bios = [], []
     for i, index in enumerate(rng.sample(range(NAME_CAPACITY), n_train + n_dev + n_test)):
         middle = rng.randrange(FIRST_NAMES) if rng.random() < MIDDLE_NAME_RATE else None
@@ -171,11 +190,19 @@ def build_world(
             other = draw_place()
         people.append((name, place))
         facts = dict(
-            life(rng), name=name, last=name if full_names else name.rsplit(" ", 1)[1], place=place, other=other
+            life(rng),
+            name=name,
+            last=name if full_names else name.rsplit(" ", 1)[1],
+            place=place,
+            other=other,
         )
         for j in range(bios_per_person):
             bios.append(
-                biography(TEMPLATES[(i + j) % len(TEMPLATES)], facts, sentence_rng if shuffle_sentences else None)
+                biography(
+                    TEMPLATES[(i + j) % len(TEMPLATES)],
+                    facts,
+                    sentence_rng if shuffle_sentences else None,
+                )
             )
     rng.shuffle(bios)
 
@@ -190,7 +217,10 @@ def build_world(
 
 
 def write_world(folder, **kwargs):
-    """Build a world (build_world's arguments), write its files into `folder`, and return their paths by file name."""
+    """
+    Build a world (build_world's arguments), write its files into `folder`, and return their paths
+    by file name.
+    """
     world = build_world(**kwargs)
     paths = {name: str(Path(folder) / name) for name in world}
     for name, text in world.items():
@@ -200,7 +230,10 @@ def write_world(folder, **kwargs):
 
 
 def parse_args(argv=None):
-    """Parse world.py's command line into the parser, the folder, the seed and write_world's other arguments."""
+    """
+    Parse world.py's command line into the parser, the folder, the seed and write_world's other
+    arguments.
+    """
     defaults = {name: p.default for name, p in inspect.signature(build_world).parameters.items()}
     parser = argparse.ArgumentParser(
         prog="world.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -211,13 +244,22 @@ def parse_args(argv=None):
         n_dev="people in birth_dev.tsv",
         n_test="people in birth_test_inputs.tsv",
         n_places="distinct places",
-        bios_per_person=f"biographies of each person, each from another template (1 to {len(TEMPLATES)})",
+        bios_per_person="biographies of each person, each from another template "
+        f"(1 to {len(TEMPLATES)})",
     )
     for name, what in sizes.items():
-        parser.add_argument(f"--{name}", type=int, default=defaults[name], help=f"{what} (default {defaults[name]})")
+        parser.add_argument(
+            f"--{name}", type=int, default=defaults[name], help=f"{what} (default {defaults[name]})"
+        )
     parser.add_argument("--seed", type=int, default=defaults["seed"])
-    parser.add_argument("--shuffle_sentences", action="store_true", help="shuffle each biography's sentences")
-    parser.add_argument("--full_names", action="store_true", help="the full name wherever a template has the last name")
+    parser.add_argument(
+        "--shuffle_sentences", action="store_true", help="shuffle each biography's sentences"
+    )
+    parser.add_argument(
+        "--full_names",
+        action="store_true",
+        help="the full name wherever a template has the last name",
+    )
     args = parser.parse_args(argv)
     options = {name: value for name, value in vars(args).items() if name not in ("folder", "seed")}
     return parser, args.folder, args.seed, options

@@ -564,7 +564,7 @@ def test_every_recipe_field_is_a_flag_and_a_yes_no_one_has_its_no(capsys, monkey
     for field in dataclasses.fields(Recipe):
         flag = f"--{field.name}"
         assert flag in options and options[flag].dest == field.name, field.name
-        assert options[flag].help, f"{flag} has no help: its field's comment must be on the field's line"
+        assert options[flag].help, f"{flag} has no help: its field needs setting(..., help=...)"
         assert re.search(rf"^  {flag}\b", out, re.M) and re.search(rf"^  {flag} ", recipes_listed, re.M), flag
         if field.type is bool:  # --NAME and --no-NAME, whatever the recipe's value
             assert options[f"--no-{field.name}"] is options[flag]
