@@ -8,12 +8,12 @@ import subprocess
 import sys
 import time
 
-from conftest import ROOT, SMALL, run_process
+from conftest import ROOT, TINY, run_process
 from world import write_world
 
 SMOKE_STAGES = "corpus+pairs; corpus+pairs epochs=1 lr=3e-4 max_shift=13 decay_epochs=1"
 SMOKE = ["--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, "--finetune_epochs_from_scratch", "1",
-         "--finetune_epochs_from_pretrained", "1", *SMALL]  # fmt: skip
+         "--finetune_epochs_from_pretrained", "1", *TINY]  # fmt: skip
 DEADLINE = 300  # seconds any run of the table may take before the test fails
 QUIET = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -28,7 +28,7 @@ def assignment_copy(folder):
 
 
 def table_command(*args, **env):
-    """run.sh's smoke table (one epoch a stage, the small model) on a machine without CUDA, one thread a row."""
+    """run.sh's smoke table (one epoch a stage, the tiny model) on a machine without CUDA, one thread a row."""
     environment = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     return ["bash", "run.sh", *SMOKE, *args], {**environment, "VARIANTS": "vanilla", **env}
 
