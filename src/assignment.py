@@ -75,17 +75,9 @@ def readout_steps(variant, params, prefix, readout, flags):
     steps = []
     for split, questions in SPLITS.items():
         output = f"{prefix}.{split}.predictions"
-        argv = [
-            "evaluate",
-            variant,
-            WIKI,
-            *flags,
-            "--readout",
-            readout,
-            "--reading_params_path",
-            params,
-        ]
-        argv += ["--eval_corpus_path", questions, "--outputs_path", output]
+        argv = ["evaluate", variant, WIKI, *flags, "--readout", readout]
+        argv += ["--reading_params_path", params, "--eval_corpus_path", questions]
+        argv += ["--outputs_path", output]
         if readout == "frames":  # the frames readout is fitted on the training people
             argv += ["--finetune_corpus_path", TRAIN]
         steps.append(Step(f"{readout}: {split}", argv, output, split))

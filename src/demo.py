@@ -70,17 +70,9 @@ def demo(folder, seed, world_flags, flags):
     steps, read, label = [before], pretrained, "pretrained, asked in the corpus's words"
     if recipe.readout == "question":
         read, label = str(folder / "finetune.params"), "pretrain+finetune"
-        argv = [
-            "finetune",
-            *common,
-            "--reading_params_path",
-            pretrained,
-            "--writing_params_path",
-            read,
-        ]
-        steps.append(
-            step("finetuning the pretrained model", [*argv, "--finetune_corpus_path", train], read)
-        )
+        argv = ["finetune", *common, "--reading_params_path", pretrained]
+        argv += ["--writing_params_path", read, "--finetune_corpus_path", train]
+        steps.append(step("finetuning the pretrained model", argv, read))
     answered = asked(
         label, read, recipe.readout, "pretrained.dev.predictions", "--finetune_corpus_path", train
     )
