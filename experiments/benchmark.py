@@ -5,10 +5,12 @@ Measures what the fast paths save, side by side in one run on this machine.
         [--sweep 128 256 512 1024] [--device auto] [--whole_process] [--data data] [recipe flags]
     python experiments/benchmark.py --profile_steps 50 [--variants vanilla] [recipe flags]
     python experiments/benchmark.py --count_dispatches 20 [--variants vanilla] [recipe flags]
-    python experiments/benchmark.py --matmul_rate
+    python experiments/benchmark.py --matmul_rate [--matmul_seconds 2]
+    python experiments/benchmark.py --peak_of "NVIDIA L40S" [...]
 
-It starts with one core's fp32 matmul rate (GFLOP/s, the best of 2 s of 512 x 512 products):
-the figure to scale a CPU time measured on one machine to another (--matmul_rate: only it).
+It starts with one core's fp32 matmul rate (GFLOP/s, the best of --matmul_seconds, default 2 s,
+of 512 x 512 products): the figure to scale a CPU time measured on one machine to another
+(--matmul_rate: only it).
 
 For each variant, with the handout's model and batch sizes, it trains one epoch of
 pretraining and one of finetuning and answers the dev questions, once the
@@ -17,8 +19,9 @@ a time without a cache) and once the fast way (every batch cut after its last re
 and, on the CPU, passes of rows of similar length; questions decoded in batches with a
 KV cache), and prints both figures and their ratio. run.py's recipe flags set the fast
 way's other settings, side by side with the same straightforward loop: e.g.
---group_by_length, --precision bf16, --compile (the model stays the handout's: its
-sizes are not among them). --profile_steps N instead times drawing an epoch's batches
+--group_by_length, --precision bf16, --compile. The size flags --n_layer, --n_head, --n_embd
+and --bottleneck_dim instead set the model of both ways (default: the handout's, the
+perceiver's m 64). --profile_steps N instead times drawing an epoch's batches
 and N pretraining steps of the fast way on batches in memory (after one pass over them,
 so that every batch width has been met), then prints torch.profiler's table of N more.
 --count_dispatches N instead counts the aten operators N such steps dispatch (a
@@ -37,7 +40,8 @@ demo world.
 The pretraining rows include its pace as the handout's pretraining sees it: steps/s,
 tokens/s (127 positions a row), the model's FLOPs per second (a full row's forward and
 backward, counted once with torch.utils.flop_counter) and, on a GPU whose
-peak this file knows (or with --peak_tflops), the model FLOPs utilisation; and the
+peak this file knows (or with --peak_tflops; --peak_of NAME prints the peak it takes for a
+GPU of that name, and exits), the model FLOPs utilisation; and the
 projected time of the handout's 650 epochs. --epochs N trains N epochs each way and
 keeps the fastest (the first pays for warm-up). --handout_pretraining also times the
 whole handout pretraining, one run.py process with the defaults (minutes on a fast GPU,
@@ -51,7 +55,6 @@ with the defaults.
 """
 
 import argparse
-import collections
 import copy
 import dataclasses
 import itertools
@@ -70,13 +73,13 @@ import src_path  # noqa: F401
 # isort: split
 import torch
 from torch.profiler import ProfilerActivity, profile
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from arguments import OneLineParser, add_recipe_flags, given_recipe
-from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM
+from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, Stage
 from dataset import CharCorruptionDataset, NameDataset, known_characters
 from decoding import predict_places
+from dispatches import DispatchCount
 from distributed import DEVICES, pick_device
 from files import DATA_DIR
 from model import GPT, VARIANTS, variant_config
@@ -88,6 +91,7 @@ from utils import set_seed
 from world import FILES, write_world
 
 SWEEP_STEPS = 3
+MATMUL_SECONDS = 2.0  # how long the matmul rate is measured (--matmul_seconds)
 STRAIGHTFORWARD = dict(full_padding=True, captured_step="off")  # the course's loop: rows at full width, eager steps
 # the batch shapes whose dispatches are counted: (recipe fields, rows a forward pass, None: all)
 BATCH_SHAPES = {
@@ -96,7 +100,6 @@ BATCH_SHAPES = {
     "full_padding": (dict(full_padding=True), None),
     "fixed_shapes": (dict(fixed_shapes=True), None),
 }
-HOST_READS = ("_local_scalar_dense", "item", "nonzero", "is_nonzero")  # aten operators the host waits for
 # Dense peak TFLOP/s without tensor cores (fp32, the handout's precision), from the vendors' data sheets,
 # by a part of torch.cuda.get_device_name(); the first match wins.
 PEAK_FP32_TFLOPS = {
@@ -111,10 +114,15 @@ PEAK_FP32_TFLOPS = {
 }
 
 
-def model_config(variant, vocab_size, block_size):
-    """The handout's model of a variant (the perceiver with the handout's bottleneck)."""
-    sizes = dict(n_layer=HANDOUT.n_layer, n_head=HANDOUT.n_head, n_embd=HANDOUT.n_embd)
-    return variant_config(variant, vocab_size, block_size, bottleneck_dim=HANDOUT_BOTTLENECK_DIM, **sizes)
+SIZES = ("n_layer", "n_head", "n_embd", "bottleneck_dim")  # the recipe flags that set the model of both ways
+
+
+def model_config(variant, vocab_size, block_size, sizes=None):
+    """The handout's model of a variant (the perceiver with the handout's bottleneck), with `sizes` ({SIZES field:
+    value}) put in."""
+    handout = dict(n_layer=HANDOUT.n_layer, n_head=HANDOUT.n_head, n_embd=HANDOUT.n_embd)
+    handout.update(bottleneck_dim=HANDOUT_BOTTLENECK_DIM, **(sizes or {}))
+    return variant_config(variant, vocab_size, block_size, **handout)
 
 
 def data_folder(folder=DATA_DIR):
@@ -205,16 +213,14 @@ def timed_training(function, variant, model, dataset, schedule_examples, recipe,
 
     cfg = RunConfig(function, variant, "", recipe=recipe)  # the DataLoader workers of run.py's default
     pretraining = function == "pretrain"
-    training = dict(
-        pretraining=pretraining,
+    stage = Stage(
         epochs=epochs,
         batch_size=recipe.pretrain_batch_size if pretraining else recipe.finetune_batch_size,
         lr=recipe.pretrain_lr if pretraining else recipe.finetune_lr,
         decay_epochs=recipe.decay_epochs,
-        decay_examples=schedule_examples,
     )
-    config = trainer_config(cfg, torch.device(device), **training, epoch_end=epoch_end)
-    trainer = Trainer(model, dataset, None, config)
+    config = trainer_config(cfg, torch.device(device), stage, pretraining, schedule_examples)
+    trainer = Trainer(model, dataset, None, config, epoch_end=epoch_end)
     sync(trainer.device)
     ends.append(time.perf_counter())
     clocks.append((ends[-1], time.thread_time()))
@@ -223,14 +229,15 @@ def timed_training(function, variant, model, dataset, schedule_examples, recipe,
     return fastest, trainer.step // epochs, trainer
 
 
-def pretraining_trainer(variant, files, recipe, device):
-    """A Trainer of the handout's model for pretraining on the corpus under `recipe`, as run.py makes it."""
+def pretraining_trainer(variant, files, recipe, device, sizes=None):
+    """A Trainer of the handout's model (`sizes` put in) for pretraining on the corpus under `recipe`, as run.py
+    makes it."""
     pretrain = CharCorruptionDataset(files["wiki.txt"], BLOCK_SIZE)
     set_seed(0)
-    model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
+    model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE, sizes))
     cfg = RunConfig("pretrain", variant, "", recipe=recipe)
-    settings = dict(epochs=1, batch_size=recipe.pretrain_batch_size, lr=recipe.pretrain_lr, decay_epochs=1)
-    config = trainer_config(cfg, torch.device(device), True, **settings, decay_examples=len(pretrain))
+    stage = Stage(epochs=1, batch_size=recipe.pretrain_batch_size, lr=recipe.pretrain_lr, decay_epochs=1)
+    config = trainer_config(cfg, torch.device(device), stage, True, len(pretrain))
     return Trainer(model, pretrain, None, config)
 
 
@@ -240,7 +247,7 @@ def profile_steps(variant, files, args):
     args.profile_steps steps on batches in memory after one pass over them, then
     torch.profiler's table of as many.
     """
-    trainer = pretraining_trainer(variant, files, args.fast_recipe, args.device)
+    trainer = pretraining_trainer(variant, files, args.fast_recipe, args.device, args.sizes)
     list(trainer.batches.epoch(0))  # the workers started
     start = time.perf_counter()
     epoch = list(trainer.batches.epoch(1))
@@ -268,22 +275,6 @@ def profile_steps(variant, files, args):
     )
 
 
-class DispatchCount(TorchDispatchMode):
-    """Counts the aten operators dispatched inside it, by name."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-    def host_reads(self):
-        """The calls whose result the host waits for (on a GPU, a sync): a scalar read back, a nonzero's size."""
-        return sum(self.calls[name] for name in HOST_READS)
-
-
 def count_dispatches(variant, files, args):
     """
     Rows (batch shape, operators a step, host reads a step, operators of a loss read-back,
@@ -293,7 +284,7 @@ def count_dispatches(variant, files, args):
     rows = []
     for label, (shape, pass_rows) in BATCH_SHAPES.items():
         recipe = dataclasses.replace(args.fast_recipe, **shape, captured_step="off")  # the step as it dispatches
-        trainer = pretraining_trainer(variant, files, recipe, args.device)
+        trainer = pretraining_trainer(variant, files, recipe, args.device, args.sizes)
         trainer.micro_batch_size = pass_rows
         batches = itertools.cycle(list(trainer.batches.epoch(0)))
         trainer.train_step(*next(batches))
@@ -334,7 +325,7 @@ def peak_tflops_of(device_name):
     return next((tflops for part, tflops in PEAK_FP32_TFLOPS.items() if f" {part} " in f" {' '.join(words)} "), None)
 
 
-def single_core_matmul_gflops(size=512, seconds=2.0):
+def single_core_matmul_gflops(size=512, seconds=MATMUL_SECONDS):
     """One core's fp32 matmul rate in GFLOP/s (size x size by size x size, the best of repeated runs):
     the figure that scales a CPU time measured here to another machine."""
     threads = torch.get_num_threads()
@@ -367,7 +358,7 @@ def compare_variant(variant, files, args):
     results, recipes = {}, {False: dataclasses.replace(HANDOUT, **STRAIGHTFORWARD), True: args.fast_recipe}
     for fast in (False, True):
         set_seed(0)
-        model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE))
+        model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE, args.sizes))
         row_flops = training_flops_per_row(model)
         seconds, steps, trainer = timed_training(
             "pretrain", variant, model, pretrain, len(pretrain), recipes[fast], args.device, args.epochs
@@ -421,12 +412,12 @@ def handout_pretraining(variant, args):
     return seconds
 
 
-def measure_step(variant, block_size, batch_size, device, queue):
+def measure_step(variant, block_size, batch_size, device, sizes, queue):
     """Time and peak memory of one training step at this block size, in a fresh process.
     On CPU the memory is the growth of the resident size (Linux), on CUDA of allocated memory."""
     torch.manual_seed(0)
     device = torch.device(device)
-    model = GPT(model_config(variant, 256, block_size)).to(device)
+    model = GPT(model_config(variant, 256, block_size, sizes)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(2, 256, (batch_size, block_size - 1), device=device)
 
@@ -474,7 +465,7 @@ def sweep(args):
         for variant in args.variants:
             queue = context.Queue()
             worker = context.Process(
-                target=measure_step, args=(variant, block_size, args.sweep_batch, args.device, queue)
+                target=measure_step, args=(variant, block_size, args.sweep_batch, args.device, args.sizes, queue)
             )
             worker.start()
             seconds, peak = queue.get()
@@ -497,6 +488,18 @@ def main(argv=None):
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--skip_comparison", action="store_true", help="only run the block-size sweep")
     parser.add_argument("--matmul_rate", action="store_true", help="only measure one core's fp32 matmul rate")
+    parser.add_argument(
+        "--matmul_seconds",
+        type=float,
+        default=MATMUL_SECONDS,
+        help=f"how long the matmul rate is measured (default {MATMUL_SECONDS:g} s)",
+    )
+    parser.add_argument(
+        "--peak_of",
+        nargs="+",
+        metavar="NAME",
+        help="only print the fp32 peak the MFU row takes for a GPU of each name (torch.cuda.get_device_name's)",
+    )
     parser.add_argument(
         "--epochs", type=int, default=1, help="pretraining epochs each way; the fastest is reported (default 1)"
     )
@@ -532,9 +535,15 @@ def main(argv=None):
     args.fast_recipe, given = given_recipe(parser, args, HANDOUT)
     if given and args.whole_process:
         parser.error("recipe flags set the in-process fast way; --whole_process compares run.py's defaults")
+    args.sizes = {name: given.pop(name) for name in SIZES if name in given}  # the model's, not the fast way's
+    if args.peak_of:
+        for name in args.peak_of:
+            tflops = peak_tflops_of(name)
+            print(f"{name}: " + (f"{tflops:g} TFLOP/s" if tflops else "not known (give --peak_tflops)"))
+        return
     args.device = str(pick_device(args.device))
     print(f"device: {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"one core's fp32 matmul (512 x 512): {single_core_matmul_gflops():.1f} GFLOP/s")
+    print(f"one core's fp32 matmul (512 x 512): {single_core_matmul_gflops(seconds=args.matmul_seconds):.1f} GFLOP/s")
     if args.matmul_rate:
         return
 
@@ -553,6 +562,8 @@ def main(argv=None):
     if not args.skip_comparison:
         args.data = data_folder(args.data)  # once: without the data, one demo world serves every measurement
         files = None if args.whole_process else load_data(args.data)
+        if args.sizes:
+            print("\nmodel: the handout's" + "".join(f", {name} {value}" for name, value in args.sizes.items()))
         print("\nfast way: the handout's recipe" + "".join(f", {name} {value}" for name, value in given.items()))
         print("\n| variant | measure | straightforward | fast | ratio |")
         print("| --- | --- | --- | --- | --- |")

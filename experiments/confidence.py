@@ -31,7 +31,7 @@ import src_path  # noqa: F401
 
 # isort: split
 import pipeline
-from arguments import exit_status
+from cli import exit_status
 from decoding import recalled_places
 from distributed import DEVICES, exit_process
 from errors import RunError

@@ -22,7 +22,8 @@ import src_path  # noqa: F401
 # isort: split
 import frames
 import pipeline
-from arguments import add_recipe_flags, exit_status, given_recipe, params_parser, reading_config
+from arguments import add_recipe_flags, given_recipe, params_parser, reading_config
+from cli import exit_status
 from config import RECIPES
 from distributed import exit_process
 from errors import RunError

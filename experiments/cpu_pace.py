@@ -31,9 +31,10 @@ from torch.profiler import ProfilerActivity, profile
 
 from config import RECIPES
 from files import resolve_data_path
-from pipeline import build, stage_data, trainer_config
+from pipeline import build, trainer_config
 from run_config import RunConfig
 from trainer import Trainer
+from training_data import stage_data
 
 WAYS = {  # Recipe fields, and the passes' rows, the threads and the attention kernels where a way changes them
     "fp32": {},
@@ -58,10 +59,8 @@ def trainer_for(way, recipe_name, corpus_path):
     setup = build(cfg, None)
     stage = recipe.stages()[0]
     dataset, _ = stage_data(cfg, setup.corpus, stage, ())
-    training = dict(pretraining=True, epochs=stage.epochs, batch_size=recipe.pretrain_batch_size, lr=stage.lr)
-    training.update(decay_epochs=stage.decay_epochs, decay_examples=len(dataset))
-    micro_batch_size = WAYS[way].get("micro_batch_size")
-    config = trainer_config(cfg, torch.device("cpu"), **training, micro_batch_size=micro_batch_size)
+    config = trainer_config(cfg, torch.device("cpu"), stage, True, len(dataset))
+    config.micro_batch_size = WAYS[way].get("micro_batch_size")
     trainer = Trainer(setup.model, dataset, None, config)
     trainer.model.train()
     return trainer

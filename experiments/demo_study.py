@@ -33,7 +33,8 @@ import src_path  # noqa: F401
 # isort: split
 import pipeline
 import world
-from arguments import add_recipe_flags, exit_status
+from arguments import add_recipe_flags
+from cli import exit_status
 from config import DEMO_VARIANT, DEMO_WORLD, RECIPES, Recipe
 from distributed import exit_process
 from errors import RunError

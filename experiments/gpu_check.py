@@ -4,12 +4,15 @@ OUT, from the repository root with the assignment's four files in data/ (copied 
 
     python experiments/gpu_check.py OUT [--parts table cuda_tests ...] [--deadline 480]
         [--table_flags "--precision tf32"] [--run_flags FLAGS] [--variants V ...]
-        [--handout_flags FLAGS] [--resume_from DIR]
+        [--handout_flags FLAGS] [--resume_from DIR] [--command CMD] [--limits PART=SECONDS ...]
+        [--plan]
 
-The parts run one after another in the order given, each within its own limit and what is left
-before the deadline; a part cut at its limit gets SIGINT (the table's trainings stop after a step
-and write their checkpoints), and a part with too little time left is not started. OUT/summary.md
-grows as each part ends; its figures come from the parts' JSON records, not from printed text.
+The parts run one after another in the order given, each within its own limit (LIMITS, or
+--limits) and what is left before the deadline; a part cut at its limit gets SIGINT (the table's
+trainings stop after a step and write their checkpoints), and a part with too little time left is
+not started. --plan prints the seconds each part would get, every part before it taking its whole
+limit, and runs none. OUT/summary.md grows as each part ends; its figures come from the parts'
+JSON records, not from printed text.
 
   table       ./run.sh TABLE_FLAGS RUN_FLAGS [--variants ...] with OUT/table as its folder
   cuda_tests  tests/test_cuda.py and tests/test_capture.py
@@ -19,6 +22,7 @@ grows as each part ends; its figures come from the parts' JSON records, not from
               its step
   handout     vanilla's handout pretraining, finetuning, dev score and frames readout, each a
               run.py command with HANDOUT_FLAGS RUN_FLAGS, in OUT/handout
+  command     --command's command line, from the repository root: a check of one's own
 
 A call brings back at most 8 files of OUT, each under 16 MiB and 64 MiB in all, so a part ends by
 leaving one file or a few: its log, or its folder packed into <part>.tar (the table's in pieces,
@@ -59,7 +63,7 @@ RESERVE = 15  # seconds kept after the parts for packing and the summary
 MIN_PART = 20  # a part that would get fewer seconds is not started
 # Each part's seconds at most, set from its earlier runs (docs/speed.md); the whole table needs
 # more than one call, and goes on in the next from what the last one kept.
-LIMITS = dict(table=600, cuda_tests=150, demo=110, suite=300, paces=240)
+LIMITS = dict(table=600, cuda_tests=150, demo=110, suite=300, paces=240, command=60)
 HANDOUT_LIMITS = dict(pretraining=240, finetuning=90, dev=60, frames=150)
 FILES_BACK, FILE_BACK_MIB, ALL_BACK_MIB = 8, 16, 64  # what a call brings back of OUT
 PIECE = 15 * 2**20  # the table's pieces, each under a returned file's 16 MiB
@@ -89,9 +93,29 @@ class Ended:
 
 def part_limit(own, elapsed, deadline):
     """A part's seconds: its own limit, within what the deadline leaves once a cut part's grace
-    and the summary's reserve are kept; None where that is under MIN_PART."""
+    and the summary's reserve are kept; None where that is under MIN_PART (or under its own
+    limit, where that is shorter)."""
     limit = min(own, deadline - elapsed - GRACE - RESERVE)
-    return limit if limit >= MIN_PART else None
+    return limit if limit >= min(own, MIN_PART) else None
+
+
+def own_limit(args, part):
+    """A part's own seconds: --limits', else LIMITS'."""
+    return args.limits.get(part, LIMITS.get(part))
+
+
+def plan_lines(args):
+    """The seconds each part would get, every part before it taking its whole limit (--plan)."""
+    kept = f"less {GRACE} s of grace for a cut part and {RESERVE} s of reserve"
+    lines, elapsed = [f"deadline {args.deadline:g} s, {kept}; a part with under {MIN_PART} s left is not started"], 0
+    for part in args.parts:
+        own = own_limit(args, part)
+        if own is None:  # the handout part: a limit for each of its commands
+            own = sum(HANDOUT_LIMITS.values())
+        limit = part_limit(own, elapsed, args.deadline)
+        lines.append(f"- {part}: " + ("not run" if limit is None else f"{limit:g} s"))
+        elapsed += limit or 0
+    return lines
 
 
 class Check:
@@ -268,8 +292,12 @@ def next_command(args, parts):
         argv += ["--variants", *args.variants]
     if "handout" in parts and args.handout_flags:
         argv.append(f"--handout_flags={args.handout_flags}")
+    if "command" in parts:
+        argv.append(f"--command={args.command}")
     if args.carry_mib != CARRY_MIB:
         argv += ["--carry_mib", f"{args.carry_mib:g}"]
+    limits = [f"{part}={seconds:g}" for part, seconds in args.limits.items() if part in parts]
+    argv += ["--limits", *limits] if limits else []
     return 'python experiments/gpu_check.py "$OUT" ' + shlex.join(argv)
 
 
@@ -309,7 +337,7 @@ def table(check):
     resumed = f", resumed from {args.resume_from}" if args.resume_from else ""
     check.note("", f"## `./run.sh {shlex.join(flags)}` in OUT/table{resumed}")
     log = work / "logs" / "run.sh.log"
-    ended = check.run("table", ["./run.sh", *flags], LIMITS["table"], log, work)
+    ended = check.run("table", ["./run.sh", *flags], own_limit(args, "table"), log, work)
     if ended is None:
         shutil.rmtree(work)
         return None
@@ -364,7 +392,7 @@ def tests(check, name, paths, slowest):
     command = [sys.executable, "-m", "pytest", "-v", *([] if workers else ["-o", "addopts="])]
     command += [*paths, "-p", "no:cacheprovider", f"--junitxml={report}"]
     check.note("", f"## `pytest {' '.join(paths)}`")
-    ended = check.run(name, command, LIMITS[name], check.out / f"{name}.log")
+    ended = check.run(name, command, own_limit(check.args, name), check.out / f"{name}.log")
     if ended is not None:
         check.note(*code_block(junit_lines(report, slowest)))
     shutil.rmtree(report.parent)
@@ -386,7 +414,7 @@ def demo(check):
     env = {**check.env, "DEMO_DIR": str(folder), "DEMO_FLAGS": check.args.run_flags}
     check.note("", f"## `./run.sh demo`, DEMO_FLAGS: {check.args.run_flags or 'none'}")
     command = [str(ROOT / "run.sh"), "demo"]
-    ended = check.run("demo", command, LIMITS["demo"], folder / "demo.log", env=env)
+    ended = check.run("demo", command, own_limit(check.args, "demo"), folder / "demo.log", env=env)
     if ended is not None:
         check.note("", *records_table(folder))
         pieces, _ = pack(folder, "demo", 0)
@@ -400,7 +428,7 @@ def paces(check):
     log = check.out / "paces.log"
     check.note("", "## vanilla's handout pretraining under each way of running its step")
     command = [sys.executable, "experiments/step_pace.py", "--epochs", "3"]
-    ended = check.run("paces", command, LIMITS["paces"], log)
+    ended = check.run("paces", command, own_limit(check.args, "paces"), log)
     if ended is not None:
         check.note("", *(line for line in tail(log, 100) if line.startswith(("vanilla's", "| "))))
     return ended
@@ -465,7 +493,14 @@ def handout(check):
     return ended
 
 
-RUNS = {run.__name__: run for run in (table, cuda_tests, demo, suite, paces, handout)}
+def command(check):
+    """--command's command line, from the repository root, into OUT/command.log."""
+    check.note("", f"## `{check.args.command}`")
+    argv = shlex.split(check.args.command)
+    return check.run("command", argv, own_limit(check.args, "command"), check.out / "command.log")
+
+
+RUNS = {run.__name__: run for run in (table, cuda_tests, demo, suite, paces, handout, command)}
 
 
 def header(check):
@@ -515,6 +550,17 @@ def closing(check):
         )
 
 
+def part_seconds(text):
+    """--limits' PART=SECONDS, as (part, seconds)."""
+    part, _, seconds = text.partition("=")
+    try:
+        if part in LIMITS and float(seconds) > 0:
+            return part, float(seconds)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text}: give PART=SECONDS, seconds above 0, for a part of {', '.join(LIMITS)}")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         description=__doc__,
@@ -530,10 +576,18 @@ def parse_args(argv):
     parser.add_argument("--variants", nargs="+", help="the table's pretrained ones (default: all)")
     parser.add_argument("--handout_flags", default="", help="the handout part's run.py flags")
     parser.add_argument("--resume_from", help="a previous call's table: its pieces' folder, or it")
+    parser.add_argument("--command", help="the command part's command line (a check of one's own)")
     parser.add_argument("--carry_mib", type=float, default=CARRY_MIB, help="MiB of params packed")
+    limits = ", ".join(f"{part} {seconds}" for part, seconds in LIMITS.items())
+    parser.add_argument("--limits", nargs="+", type=part_seconds, default=[], metavar="PART=SECONDS",
+                        help=f"parts' own limits instead of the defaults ({limits})")  # fmt: skip
+    parser.add_argument("--plan", action="store_true", help="print the seconds each part would get, and run none")
     args = parser.parse_args(argv)
+    args.limits = dict(args.limits)
     if args.resume_from and "table" not in args.parts:
         parser.error("--resume_from goes with the table part")
+    if "command" in args.parts and not args.command:
+        parser.error("the command part runs --command: give it")
     if args.resume_from and not Path(args.resume_from).exists():
         parser.error(f"--resume_from {args.resume_from}: no such file or folder")
     return args
@@ -545,6 +599,9 @@ def interrupted(signum, frame):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.plan:
+        print("\n".join(plan_lines(args)))
+        return 0
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").unlink(missing_ok=True)

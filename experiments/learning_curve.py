@@ -27,7 +27,8 @@ import src_path  # noqa: F401
 
 # isort: split
 import pipeline
-from arguments import build_parser, exit_status, parse, positive_int
+from arguments import build_parser, parse, positive_int
+from cli import exit_status
 from distributed import exit_process
 from evaluation import PROBES
 from files import atomic_write

@@ -6,7 +6,7 @@ probabilities (next_character_choices).
     python experiments/next_chars.py vanilla wiki.txt --reading_params_path finetune.params \\
         --question "Where was Ada Lovelace born?"
     python experiments/next_chars.py vanilla wiki.txt --reading_params_path pretrain.params \\
-        --prompt "Ada Lovelace. Ada Lovelace was born in" [--top_k 5] [--steps 20]
+        --prompt "Ada Lovelace. Ada Lovelace was born in" [--top_k 5] [--steps 20] [--decimals 3]
 
 --question asks as finetuning does (the question, then the mask character ⁇) and stops
 after the closing mask; --prompt continues any text for --steps characters, which shows
@@ -20,7 +20,8 @@ import src_path  # noqa: F401
 
 # isort: split
 import pipeline
-from arguments import exit_status, params_parser, reading_config
+from arguments import params_parser, reading_config
+from cli import exit_status
 from dataset import MASK_CHAR, encoded
 from decoding import greedy_decode_cached
 from distributed import exit_process
@@ -29,12 +30,13 @@ from inputs import encodable_questions
 from utils import eval_mode
 
 
-def choice_lines(prompt, choices):
-    """The printed view: the prompt and the completion, then a line per written character."""
+def choice_lines(prompt, choices, decimals=3):
+    """The printed view: the prompt and the completion, then a line per written character (its probabilities to
+    `decimals` decimals)."""
     lines = [f"{prompt}{''.join(char for char, _ in choices)}", "character | probability | alternatives"]
     for char, alternatives in choices:
-        others = ", ".join(f"{alt!r} {p:.3f}" for alt, p in alternatives[1:])
-        lines.append(f"{char!r} | {alternatives[0][1]:.3f} | {others}")
+        others = ", ".join(f"{alt!r} {p:.{decimals}f}" for alt, p in alternatives[1:])
+        lines.append(f"{char!r} | {alternatives[0][1]:.{decimals}f} | {others}")
     return lines
 
 
@@ -68,9 +70,12 @@ def main(argv=None):
     text.add_argument("--prompt", help="any text to continue")
     parser.add_argument("--top_k", type=int, default=5, help="alternatives shown per character (default 5)")
     parser.add_argument("--steps", type=int, default=32, help="characters to write at most (default 32)")
+    parser.add_argument("--decimals", type=int, default=3, help="of the probabilities printed (default 3)")
     args = parser.parse_args(argv)
     if args.top_k < 1 or args.steps < 1:
         parser.error("--top_k and --steps must be positive")
+    if args.decimals < 0:
+        parser.error("--decimals must not be negative")
     cfg = reading_config(args)
 
     def run():
@@ -90,7 +95,7 @@ def main(argv=None):
             )
         except ValueError as e:
             raise RunError(str(e)) from None
-        print("\n".join(choice_lines(prompt, choices)))
+        print("\n".join(choice_lines(prompt, choices, args.decimals)))
 
     return exit_status("next_chars.py", run)
 

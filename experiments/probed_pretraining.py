@@ -12,7 +12,8 @@ import src_path  # noqa: F401
 
 # isort: split
 import pipeline
-from arguments import build_parser, exit_status, parse, positive_int
+from arguments import build_parser, parse, positive_int
+from cli import exit_status
 from distributed import exit_process
 from hooks import recall_probe, save_snapshots
 

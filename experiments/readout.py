@@ -30,14 +30,16 @@ import torch
 
 import frames
 import pipeline
-from arguments import exit_status, params_parser, reading_config
-from dataset import biographies, encoded, name_of, padded_ids
+from arguments import params_parser, reading_config
+from cli import exit_status
+from dataset import encoded, padded_ids
 from decoding import greedy_completions, predict_places
 from distributed import exit_process
 from ensemble import PLACE_STEPS, Ensemble, accuracy, candidate_set, scored_candidates, written_places
 from fitting import fitted_ensemble
 from frames import names_in
 from inputs import answered_pairs
+from questions import biographies, name_of
 from utils import eval_mode
 
 

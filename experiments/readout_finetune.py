@@ -6,7 +6,7 @@ before any finetuning (finetuning on them would make them a poor judge of it), i
 the last 400, beside the handout's question.
 
     python experiments/readout_finetune.py vanilla wiki.txt --reading_params_path pretrain.params \\
-        [--finetune_corpus_path birth_places_train.tsv] [--runs zero-shot question lora ...]
+        [--finetune_corpus_path birth_places_train.tsv] [--runs zero-shot question lora ...] [--rehearsal_rows PATH]
 
 The runs (RUNS): the `cpu` recipe's finetuning on the question (lr 2e-4, GPT-1's auxiliary
 loss λ 0.5), at a tenth of its rate, and on the people whose birthplace the params complete
@@ -15,7 +15,8 @@ times it); all but the MLPs and the embeddings (frozen); the question rehearsed,
 many span corruptions of the corpus (rehearsed); finetuning in the frames themselves (each
 person asked in every frame that comes right before a place in the biographies, trained on
 the place and the comma after it), at both rates; and learning only where a place ends
-(the comma alone).
+(the comma alone). --rehearsal_rows PATH writes the rehearsal's rows as the model reads them, a
+line each (pads dropped): the questions, then a draw of the span-corrupted documents.
 """
 
 import dataclasses
@@ -32,14 +33,16 @@ import src_path  # noqa: F401
 # isort: split
 import frames
 import pipeline
-from arguments import exit_status, params_parser, reading_config
+from arguments import params_parser, reading_config
+from cli import exit_status
 from config import RECIPES, Recipe
-from dataset import PAD_CHAR, NameDataset, encoded, known_characters, name_of
+from dataset import PAD_CHAR, NameDataset, encoded, known_characters
 from decoding import predict_places
 from distributed import exit_process
 from ensemble import accuracy
 from fitting import fitted_ensemble
 from inputs import answered_pairs
+from questions import name_of
 from readout import tuning_split
 from run_config import RunConfig
 
@@ -101,8 +104,18 @@ def rehearsed(corpus, pairs):
     return ConcatDataset([questions, Subset(corpus, documents)])
 
 
-def finetuned(cfg, form, settings, fitting_path, ensemble, folder):
-    """The model finetuned as the run says (form None: the pretrained one), on the run's device."""
+def write_rows(dataset, corpus, path):
+    """The dataset's x rows as text, a line each without their pads; Python's random left as it was."""
+    state = random.getstate()  # the rows' corruptions are drawn apart from those the finetuning trains on
+    rows = ["".join(corpus.itos[i] for i in dataset[i][0].tolist()).rstrip(PAD_CHAR) for i in range(len(dataset))]
+    random.setstate(state)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(row + "\n" for row in rows)
+
+
+def finetuned(cfg, form, settings, fitting_path, ensemble, folder, rows_path=None):
+    """The model finetuned as the run says (form None: the pretrained one), on the run's device; a rehearsal's
+    rows written to rows_path where given."""
     path = cfg.reading_params_path
     if form is not None:
         path = os.path.join(folder, "finetuned.params")
@@ -114,7 +127,10 @@ def finetuned(cfg, form, settings, fitting_path, ensemble, folder):
 
         def examples(corpus, pairs):
             if form == "rehearsal":
-                return rehearsed(corpus, pairs)
+                mixed = rehearsed(corpus, pairs)
+                if rows_path:
+                    write_rows(mixed, corpus, rows_path)
+                return mixed
             return FramedPairs(corpus, pairs, ensemble.scorers, ensemble.end, form)
 
         pipeline.finetune(run, examples=None if form == "question" else examples)
@@ -130,6 +146,7 @@ def main(argv=None):
     parser.add_argument("--writers", type=int, default=RECIPES["cpu"].readout_frames, help="how many frames write")
     choices = {field.name: field for field in dataclasses.fields(Recipe)}["readout_choice"].metadata["choices"]
     parser.add_argument("--choice", choices=choices, default=RECIPES["cpu"].readout_choice, help="the readout's choice")
+    parser.add_argument("--rehearsal_rows", metavar="PATH", help="write the rehearsal run's rows to PATH, a line each")
     args = parser.parse_args(argv)
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 
@@ -150,7 +167,7 @@ def main(argv=None):
                 f.writelines(f"{question}\t{place}\n" for question, place in fitting)
             for name in args.runs:
                 started = time.process_time()
-                model = finetuned(cfg, *RUNS[name], fitting_path, ensemble, folder)
+                model = finetuned(cfg, *RUNS[name], fitting_path, ensemble, folder, args.rehearsal_rows)
                 read = [answer.text for answer in ensemble.answers(model, corpus, names, device)]
                 asked = predict_places(model, questions, corpus, device)
                 cells = [f"{accuracy(answers, checking):.1%}" for answers in (read, asked)]

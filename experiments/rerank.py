@@ -30,7 +30,8 @@ import src_path  # noqa: F401
 
 # isort: split
 import pipeline
-from arguments import exit_status, params_parser, reading_config
+from arguments import params_parser, reading_config
+from cli import exit_status
 from distributed import exit_process
 from ensemble import accuracy
 from fitting import fitted_ensemble, weights_fitted_to

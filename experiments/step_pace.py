@@ -6,14 +6,15 @@ their last target (the CPU's default), fixed shapes eager, and the captured step
 precision asked for.
 
     python experiments/step_pace.py [--epochs 3] [--precisions fp32 tf32 bf16] [--ways ...]
-        [--data data] [--device auto]
+        [--data data] [--device auto] [--n_layer 4 --n_head 8 --n_embd 256]
 
-Each setting trains the handout's model from the same initialisation for --epochs epochs. Its
-row: the first epoch's seconds (what compiling and capturing cost), the fastest other epoch in
-steps/s, the main thread's CPU time a step over those epochs (the host's share of a step), on
-CUDA the GPU's kernel time a step (one more epoch under torch.profiler), the handout's 650
-epochs projected (the first epoch, then 649 at the fastest pace) and the run.py flags that give
-the setting, for a script to take up (experiments/gpu_check.py's handout part, as --handout_flags).
+Each setting trains the handout's model (or one of the --n_layer, --n_head, --n_embd given) from
+the same initialisation for --epochs epochs. Its row: the first epoch's seconds (what compiling
+and capturing cost), the fastest other epoch in steps/s, the main thread's CPU time a step over
+those epochs (the host's share of a step), on CUDA the GPU's kernel time a step (one more epoch
+under torch.profiler), the handout's 650 epochs projected (the first epoch, then 649 at the
+fastest pace) and the run.py flags that give the setting, for a script to take up
+(experiments/gpu_check.py's handout part, as --handout_flags).
 The rows come as they are measured, the compiled step's (whose compiling takes longest) last.
 """
 
@@ -34,6 +35,7 @@ from files import DATA_DIR
 from model import GPT
 from utils import set_seed
 
+SIZES = ("n_layer", "n_head", "n_embd")  # the model's, as run.py's flags
 WAYS = {  # how the step runs: the Recipe fields that say so
     "straightforward": STRAIGHTFORWARD,
     "cut": dict(captured_step="off"),  # the CPU's default: batches cut after their last target
@@ -48,10 +50,11 @@ def flags_of(fields):
     return " ".join(f"--{name}" if value is True else f"--{name} {value}" for name, value in fields.items())
 
 
-def pace(corpus, fields, device, epochs):
-    """One setting's (first epoch s, steps/s, host ms a step, GPU ms a step or None, projected s)."""
+def pace(corpus, fields, device, epochs, sizes=None):
+    """One setting's (first epoch s, steps/s, host ms a step, GPU ms a step or None, projected s), of a model of
+    `sizes` (default the handout's)."""
     set_seed(0)
-    model = GPT(model_config("vanilla", corpus.vocab_size, BLOCK_SIZE))
+    model = GPT(model_config("vanilla", corpus.vocab_size, BLOCK_SIZE, sizes))
     recipe = dataclasses.replace(HANDOUT, **fields)
     clocks = []
     _, steps, trainer = timed_training(
@@ -78,11 +81,17 @@ def main(argv=None):
     parser.add_argument("--ways", nargs="+", default=list(WAYS), choices=list(WAYS))
     parser.add_argument("--data", default=str(DATA_DIR), help="folder of the four data files (default data/)")
     parser.add_argument("--device", choices=DEVICES, default="auto")
+    for size in SIZES:  # a smaller model than the handout's measures the ways in less time
+        parser.add_argument(f"--{size}", type=int, default=getattr(HANDOUT, size), help="default: the handout's")
     args = parser.parse_args(argv)
+    sizes = {size: getattr(args, size) for size in SIZES}
     device = str(pick_device(args.device))
     corpus = CharCorruptionDataset(load_data(data_folder(args.data))["wiki.txt"], BLOCK_SIZE)
     name = torch.cuda.get_device_name() if device.startswith("cuda") else device
-    print(f"vanilla's handout pretraining on {name}, torch {torch.__version__}, {args.epochs} epochs a setting\n")
+    model = "".join(f", {size} {value}" for size, value in sizes.items() if value != getattr(HANDOUT, size))
+    model = f" (model: the handout's{model})" if model else ""
+    print(f"vanilla's handout pretraining{model} on {name}, torch {torch.__version__}, {args.epochs} epochs a setting")
+    print()
     print(
         "| way | precision | first epoch | steps/s | host ms a step | GPU ms a step | 650 epochs, projected | flags |"
     )
@@ -94,7 +103,7 @@ def main(argv=None):
     for precision, way in runs:
         fields = {**WAYS[way], **({"precision": precision} if precision != "fp32" else {})}
         try:
-            first, steps_per_s, host, gpu, projected = pace(corpus, fields, device, args.epochs)
+            first, steps_per_s, host, gpu, projected = pace(corpus, fields, device, args.epochs, sizes)
         except Exception as error:  # one setting that fails leaves the others' rows
             print(
                 f"| {way} | {precision} | failed: {type(error).__name__}: {str(error).splitlines()[0][:200]} |",

@@ -16,7 +16,8 @@ import src_path  # noqa: F401
 
 # isort: split
 import pipeline
-from arguments import exit_status, params_parser, reading_config
+from arguments import params_parser, reading_config
+from cli import exit_status
 from dataset import corpus_lines
 from distributed import exit_process
 from errors import RunError

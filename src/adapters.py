@@ -1,5 +1,6 @@
 """
-Low-rank adapters (LoRA, Hu et al. 2021) for a lighter finetuning (Recipe.finetune_lora_rank): every
+What finetuning leaves out of training: frozen parts (Recipe.finetune_frozen), or every weight, with
+low-rank adapters (LoRA, Hu et al. 2021; Recipe.finetune_lora_rank) trained instead. An adapted
 Linear weight W is trained as W + B A, W frozen and B zero at first, so that finetuning starts from
 the pretrained model. merge() folds B A into W, so that the params file is a plain state_dict like
 every other.
@@ -10,6 +11,19 @@ import math
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
+
+
+def freeze(model, parts):
+    """
+    Leave the parameters of the model's `parts` (config.FREEZABLE) out of training: they get no
+    gradient, so AdamW neither moves nor decays them. "ln" is every part whose name starts with ln.
+    """
+    for name, parameter in model.named_parameters():
+        components = name.split(".")
+        if any(
+            c == part or (part == "ln" and c.startswith("ln")) for part in parts for c in components
+        ):
+            parameter.requires_grad_(False)
 
 
 class LowRankDelta(nn.Module):

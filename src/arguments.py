@@ -1,27 +1,20 @@
 """
 run.py's command line as a run_config.RunConfig, with a flag for every Recipe field made from its
-type, default and help. exit_status turns the one error type, RunError, into one line and exit code
-2.
+type, default and help.
 """
 
 import argparse
 import dataclasses
-import logging
 import math
 import shlex
-import sys
 import textwrap
 
-import torch
-from tqdm.contrib.logging import logging_redirect_tqdm
-
 from config import RECIPES, Recipe, parse_stages
-from distributed import DEVICES, launch_rank
+from distributed import DEVICES
 from errors import RunError
 from model import VARIANTS
 from run_config import CUDA_CHECKPOINT_MINUTES, FUNCTIONS, REQUIRED, RunConfig
 from setting_fields import parse_value
-from trainer import TrainingInterrupted
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -264,35 +257,3 @@ def parse(argv, parser):
     command = shlex.join([parser.prog, *argv])
     extra = dict(recipe=recipe, recipe_name=args.recipe, given=frozenset(given), command=command)
     return RunConfig(**run | extra), args
-
-
-def exit_status(prog, call):
-    """
-    Run call() as a command: 0, or 2 with a RunError said in one line, or 128 + the signal of an
-    interrupted training. torchrun's process group ends here.
-    """
-    said = logging.StreamHandler(sys.stderr)  # the library's warnings, one plain line each
-    said.setFormatter(logging.Formatter("%(message)s"))
-    logging.getLogger().addHandler(said)
-    # the held-out loss of every epoch, the people finetuned on, the steps of the assignment's table
-    for name in ("logs", "pipeline", "steps"):
-        logging.getLogger(name).setLevel(logging.INFO)
-    try:
-        # a line said during training goes above the progress bar, not into it
-        with logging_redirect_tqdm():
-            call()
-        if torch.distributed.is_initialized():
-            # the ranks leave together, rank 0's files written: no rank tears down alone
-            torch.distributed.barrier()
-    except RunError as e:
-        if launch_rank() == 0:
-            print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    except TrainingInterrupted as e:
-        print(f"{prog}: {e}: run the same command with --resume to go on", file=sys.stderr)
-        return 128 + e.signum
-    finally:
-        logging.getLogger().removeHandler(said)
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    return 0

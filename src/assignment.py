@@ -33,7 +33,8 @@ from tqdm import tqdm
 
 import demo
 import results
-from arguments import OneLineParser, exit_status
+from arguments import OneLineParser
+from cli import exit_status
 from config import HANDOUT_BOTTLENECK_DIM
 from distributed import exit_process
 from errors import RunError

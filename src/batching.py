@@ -1,37 +1,21 @@
 """
-How examples become the batches a step trains on, on the CPU.
-
-Every model here is causal and the loss ignores pad targets (id 0), so a batch can be cut after its
-last real target, and split into passes of rows of similar length, without changing its mean loss or
-gradient (the trainer weighs each pass by its share of the batch's targets).
+How examples become an epoch's global batches, drawn on the CPU in an order fixed by the epoch's
+seed. Every model here is causal and the loss ignores pad targets (id 0), so a batch can be cut
+after its last real target without changing its loss (objective.py splits it further).
 """
 
 import math
 import random
-import signal
 import threading
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from capture import capture_mode
+from objective import real_lengths
+from signals import leave_stop_signals_to_the_main_process
 
 LENGTH_GROUPING_POOL = 16  # with group_by_length, batches per pool of examples grouped by length
-
-
-def leave_stop_signals_to_the_main_process(worker_id):
-    """
-    A DataLoader worker takes SIGTERM as a Ctrl-C and ends quietly, instead of ending the run with
-    the DataLoader's error. The main process, signalled with the process group, stops after its step
-    and writes its checkpoint.
-    """
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-
-
-def real_lengths(y):
-    """(B, T) targets -> (B,) the position after each row's last target that is not the pad 0."""
-    positions = torch.arange(1, y.size(1) + 1, device=y.device)
-    return ((y != 0) * positions).max(dim=1).values
 
 
 def to_device(device, t):
@@ -242,36 +226,3 @@ def padded_rows(x, y, rows):
     return torch.cat((x, x.new_zeros(missing, x.size(1)))), torch.cat(
         (y, y.new_zeros(missing, y.size(1)))
     )
-
-
-def forward_passes(x, y, size=None, cut=True):
-    """
-    A batch as forward passes of `size` rows (None: all) sorted by length, each cut after its last
-    real target; passes without one are left out. A batch that fits in one pass keeps its order, and
-    cut=False leaves it whole.
-    """
-    if not cut:
-        return [(x, y)]
-    lengths = real_lengths(y)
-    if size is None or size >= len(y) or not y.any():
-        n = max(1, int(lengths.max()))
-        return [(x[:, :n], y[:, :n])]
-    passes = []
-    for rows in torch.argsort(lengths, stable=True).split(size):
-        n = int(lengths[rows].max())
-        if n:
-            passes.append((x[rows, :n], y[rows, :n]))
-    return passes
-
-
-def rank_rows(x, y, rank, world_size):
-    """
-    This rank's rows (rank, rank + N, ...) of a global batch and whether they count (a spare rank's
-    row does not).
-    """
-    if world_size == 1:
-        return x, y, True
-    rows = torch.arange(len(y))[rank::world_size]
-    if len(rows) == 0:
-        return x[:1], y[:1], False
-    return x[rows], y[rows], True

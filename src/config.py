@@ -40,6 +40,7 @@ class Stage:
     # the share of the biographies
     documents: float = dataclasses.field(default=1.0, metadata={"at_most": 1})
     full_names: Optional[bool] = None  # its biographies name their person in full
+    batch_size: Optional[int] = None  # examples per step
 
     def __str__(self):
         fields = dataclasses.fields(self)[1:]
@@ -128,7 +129,9 @@ class Recipe:
     pretrain_epochs: int = setting(
         650, stage="epochs", help="a stage's epochs, where it gives none"
     )
-    pretrain_batch_size: int = setting(128, help="examples per pretraining step")
+    pretrain_batch_size: int = setting(
+        128, stage="batch_size", help="examples per pretraining step, where a stage gives none"
+    )
     pretrain_lr: float = setting(
         6e-3, stage="lr", help="a stage's peak learning rate, where it gives none"
     )
@@ -254,6 +257,21 @@ class Recipe:
             )
             for stage in self.pretrain_stages
         ]
+
+    def finetuning(self, pretrained):
+        """Finetuning as a stage on the pairs: from pretrained params, or from scratch."""
+        if pretrained:
+            epochs, lr = self.finetune_epochs_from_pretrained, self.finetune_lr
+        else:
+            epochs, lr = self.finetune_epochs_from_scratch, self.finetune_lr_from_scratch
+        return Stage(
+            "pairs",
+            epochs=epochs,
+            lr=self.finetune_lr if lr is None else lr,
+            max_shift=0,
+            decay_epochs=self.decay_epochs,
+            batch_size=self.finetune_batch_size,
+        )
 
     def trains_on_pairs(self):
         """

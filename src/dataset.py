@@ -7,7 +7,6 @@ and ids 2.. are the sorted characters of the pretraining corpus.
 import copy
 import functools
 import random
-import re
 import sys
 
 import torch
@@ -42,33 +41,6 @@ def padded_ids(rows, length=None):
     for row, ids in enumerate(rows):
         x[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
     return x
-
-
-QUESTION = re.compile(r"Where was (.+) born\?")  # the handout's question
-
-
-def name_of(question):
-    """The name in "Where was NAME born?"; ValueError for any other question."""
-    match = QUESTION.fullmatch(question.strip())
-    if not match:
-        raise ValueError(f"{question!r} is not of the form 'Where was NAME born?'")
-    return match.group(1)
-
-
-def biographies(documents, names):
-    """
-    Each name's biography: the text after "NAME. " in the first corpus line that opens with it.
-    """
-    by_first_word = {}
-    for document in documents:
-        by_first_word.setdefault(document.split(" ")[0], []).append(document)
-    found = {}
-    for name in names:
-        lines = (d for d in by_first_word.get(name.split(" ")[0], []) if d.startswith(name + ". "))
-        body = next(lines, None)
-        if body is not None:
-            found[name] = body[len(name) + 2 :]
-    return found
 
 
 def corpus_lines(text):

@@ -10,8 +10,9 @@ from typing import Optional
 
 import torch
 
-from dataset import MASK_CHAR, biographies, encoded, name_of
+from dataset import MASK_CHAR, encoded
 from model import KVCache
+from questions import biographies, name_of
 from utils import eval_mode, sample
 
 
@@ -194,7 +195,7 @@ def predict_places(model, questions, corpus, device, steps=32, batch_size=256, s
 def recalled_places(model, corpus, pairs, device, prompt=None):
     """
     Per (question, place) pair, whether the model recalls the birthplace from the corpus, or None
-    where the person could not be probed: the model continues the biography (dataset.biographies)
+    where the person could not be probed: the model continues the biography (questions.biographies)
     from just before the place, which must lie in its first block_size-1 characters, and recalls it
     if it writes it next. prompt(name, document_before_place) -> text gives the model other text to
     continue, to ask where the fact is keyed; its characters outside the vocabulary are dropped, and

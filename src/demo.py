@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pipeline
 import world
-from arguments import exit_status
+from cli import exit_status
 from config import DEMO_VARIANT, DEMO_WORLD
 from london_baseline import most_frequent_place
 from questions import read_question_file, score_line

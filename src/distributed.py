@@ -1,14 +1,11 @@
 """
 Devices and processes: the device, this process's rank, torchrun's process group, gathering results,
-stop signals.
+and a rank's exit.
 """
 
-import contextlib
 import gc
 import os
-import signal
 import sys
-import threading
 
 import torch
 import torch.distributed as dist
@@ -107,33 +104,6 @@ def gather_interleaved(items, total):
     shares = [None] * world_size
     dist.all_gather_object(shares, items)
     return [shares[i % world_size][i // world_size] for i in range(total)]
-
-
-@contextlib.contextmanager
-def stop_signals_caught(enabled):
-    """
-    Yield a list that SIGINT and SIGTERM append to, so that the loop can stop after its step; a
-    second signal interrupts at once. Only on the main thread and where `enabled`: a checkpoint to
-    write, and one process, since DDP's ranks would not agree on the step.
-    """
-    caught = []
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-
-    def handler(signum, frame):
-        if caught:
-            raise KeyboardInterrupt
-        caught.append(signum)
-
-    previous = {
-        signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        yield caught
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 def exit_process(code):

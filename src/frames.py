@@ -10,8 +10,9 @@ import dataclasses
 import math
 import re
 
-from dataset import MASK_CHAR, biographies, name_of
+from dataset import MASK_CHAR
 from errors import RunError
+from questions import biographies, name_of
 
 NAME = "NAME"
 MOST_WORDS = 3  # a frame is at most the last three words before the place

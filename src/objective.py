@@ -1,11 +1,19 @@
 """
-What a training step minimises: the course's loss, plus GPT-1's auxiliary loss on the question where
-lm_weight > 0, each kind's mean loss weighed by its share of the global batch's targets of that
-kind.
+A step's loss over its global batch, and the one rule for splitting it: the batch goes to the ranks
+(rank_rows) and into forward passes of rows of similar length (forward_passes), and each pass adds
+its mean loss times its share of the batch's targets, times the number of ranks, whose gradients DDP
+averages. However it is split, the step has the gradient of the batch's mean loss. GPT-1's auxiliary
+loss on the question (lm_weight > 0) is a second kind of target, weighed by the same rule.
 """
 
 import torch
 import torch.nn.functional as F
+
+
+def real_lengths(y):
+    """(B, T) targets -> (B,) the position after each row's last target that is not the pad 0."""
+    positions = torch.arange(1, y.size(1) + 1, device=y.device)
+    return ((y != 0) * positions).max(dim=1).values
 
 
 def question_lm_targets(x, y):
@@ -20,6 +28,39 @@ def question_lm_targets(x, y):
     return torch.where(
         torch.arange(length, device=y.device)[None, :] < first[:, None], next_chars, 0
     )
+
+
+def forward_passes(x, y, size=None, cut=True):
+    """
+    A batch as forward passes of `size` rows (None: all) sorted by length, each cut after its last
+    real target; passes without one are left out. A batch that fits in one pass keeps its order, and
+    cut=False leaves it whole.
+    """
+    if not cut:
+        return [(x, y)]
+    lengths = real_lengths(y)
+    if size is None or size >= len(y) or not y.any():
+        n = max(1, int(lengths.max()))
+        return [(x[:, :n], y[:, :n])]
+    passes = []
+    for rows in torch.argsort(lengths, stable=True).split(size):
+        n = int(lengths[rows].max())
+        if n:
+            passes.append((x[rows, :n], y[rows, :n]))
+    return passes
+
+
+def rank_rows(x, y, rank, world_size):
+    """
+    This rank's rows (rank, rank + N, ...) of a global batch and whether they count (a spare rank's
+    row does not).
+    """
+    if world_size == 1:
+        return x, y, True
+    rows = torch.arange(len(y))[rank::world_size]
+    if len(rows) == 0:
+        return x[:1], y[:1], False
+    return x[rows], y[rows], True
 
 
 class Objective:

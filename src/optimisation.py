@@ -54,30 +54,13 @@ def course_adamw(model, config, device):
     return optimizer
 
 
-class Precision:
+def autocast_and_scaler(precision, device):
     """
-    The step's arithmetic: fp32, TF32 matmuls (CUDA), or bf16 / fp16 autocast (fp16 with a
-    GradScaler).
+    The step's arithmetic: an autocast context for bf16 or fp16 (else none), and a GradScaler that
+    scales fp16's loss only. TF32 matmuls are switched on CUDA for "tf32".
     """
-
-    def __init__(self, precision, device):
-        if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-        self.autocast = (
-            torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
-        )
-        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-
-    def backward(self, loss):
-        self.scaler.scale(loss).backward()
-
-    def step(self, optimizer, parameters, clip):
-        """
-        Unscale, clip the gradients' norm to `clip`, and step (fp16 skips a step with non-finite
-        gradients).
-        """
-        self.scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(parameters, clip)
-        self.scaler.step(optimizer)
-        self.scaler.update()
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+    return autocast, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)

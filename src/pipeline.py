@@ -12,15 +12,13 @@ import dataclasses
 import json
 import logging
 import os
-import random
 from typing import Sequence
 
 import torch
-from torch.utils.data import ConcatDataset
 
 import adapters
 import checkpoint
-from augment import viewed
+from checkpoint import Checkpoints
 from config import BLOCK_SIZE
 from distributed import (
     gather_interleaved,
@@ -36,19 +34,17 @@ from evaluation import (
     details_lines,
     probed_recall,
     rank_answers,
-    recalled_pairs,
 )
 from files import PathInUse, atomic_write, exclusive_lock
 from inputs import (
     answered_pairs,
     check_config,
-    held_out_split,
     load_corpus,
     load_pairs,
     read_pairs,
     vocabulary,
 )
-from logs import EpochEnd, EpochHooks, HeldOutLoss, Hook, TensorBoardLog
+from logs import EpochEnd, EpochHooks, Hook, TensorBoardLog
 from model import GPT, variant_config
 from params import (
     check_vocabulary,
@@ -65,6 +61,7 @@ from run_config import (
     resolve_recipe,
 )
 from trainer import Trainer, TrainerConfig
+from training_data import keep_recalled, stage_data
 from utils import set_seed
 
 logger = logging.getLogger(__name__)
@@ -185,28 +182,39 @@ def run_identity(cfg, dataset, vocab_size, stage=1):
     return json.loads(json.dumps(recipe | run | inputs))
 
 
-def trainer_config(
-    cfg, device, pretraining, epochs, batch_size, lr, decay_epochs, decay_examples, **more
-):
+def trainer_config(cfg, device, stage, pretraining, decay_examples):
     """
-    The TrainerConfig of one training: the Recipe fields the Trainer reads, and this training's own
-    settings under the course's names. The cosine's half period is decay_epochs epochs of
+    The TrainerConfig of one training: the Recipe fields the Trainer reads, under their names, and
+    the stage's under the course's. The cosine's half period is decay_epochs epochs of
     decay_examples.
     """
-    cuda = device.type == "cuda"
     return TrainerConfig(
         **cfg.recipe.trainer_settings(pretraining),
-        max_epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=lr,
+        max_epochs=stage.epochs,
+        batch_size=stage.batch_size,
+        learning_rate=stage.lr,
         lr_decay=True,
-        final_tokens=decay_epochs * decay_examples * BLOCK_SIZE,
+        final_tokens=stage.decay_epochs * decay_examples * BLOCK_SIZE,
         num_workers=cfg.num_workers if cfg.num_workers is not None else default_num_workers(device),
         device=device,
         data_seed=cfg.seed,
-        checkpoint_minutes=cfg.checkpoint_minutes or (CUDA_CHECKPOINT_MINUTES if cuda else None),
-        checkpoint_every_epoch=not cuda,  # an epoch on CUDA takes a fraction of a second
-        **more,
+    )
+
+
+def checkpoints(cfg, device, identity, metadata, saved):
+    """
+    Where and when the training keeps its checkpoint: <writing_params_path>.ckpt, after every epoch
+    on the CPU, every CUDA_CHECKPOINT_MINUTES on CUDA (an epoch there takes a fraction of a second),
+    or every --checkpoint_minutes.
+    """
+    cuda = device.type == "cuda"
+    return Checkpoints(
+        cfg.writing_params_path + ".ckpt",
+        identity,
+        metadata,
+        minutes=cfg.checkpoint_minutes or (CUDA_CHECKPOINT_MINUTES if cuda else None),
+        every_epoch=not cuda,
+        resume_from=saved,
     )
 
 
@@ -216,20 +224,23 @@ def train(
     dataset,
     device,
     hooks,
-    training,
-    stage=1,
+    stage,
+    pretraining,
+    decay_examples,
+    number=1,
     saved=None,
     epochs_before=0,
     seconds_before=0.0,
 ):
     """
-    Train the setup's model on the dataset, going on from the `saved` checkpoint if given. Returns
-    the epochs and seconds trained, counted on from the stages before: where the next goes on.
+    Train the setup's model on the dataset as stage `number` says, going on from the `saved`
+    checkpoint if given. Returns the epochs and seconds trained, counted on from the stages before:
+    where the next goes on.
     """
     rank, world_size = rank_and_world_size()
     if world_size > 1:  # every rank draws the same data (seeded with the model) but its own dropout
         torch.manual_seed(cfg.seed + 1 + rank)
-    writer = TensorBoardLog(cfg, f"_stage{stage}" if stage > 1 else "") if rank == 0 else None
+    writer = TensorBoardLog(cfg, f"_stage{number}" if number > 1 else "") if rank == 0 else None
     metadata = params_metadata(cfg, setup.corpus)
     stage_start = EpochEnd(
         epochs_before,
@@ -242,21 +253,15 @@ def train(
         seconds_before,
     )
     epoch_hooks = EpochHooks(hooks, stage_start)
-    checkpointing = dict(
-        checkpoint_path=cfg.writing_params_path + ".ckpt",
-        resume_from=saved,
-        run_identity=run_identity(cfg, dataset, setup.corpus.vocab_size, stage),
-        params_metadata=metadata,
-    )
-    config = trainer_config(
-        cfg, device, **training, **checkpointing, writer=writer, epoch_end=epoch_hooks
-    )
+    identity = run_identity(cfg, dataset, setup.corpus.vocab_size, number)
+    config = trainer_config(cfg, device, stage, pretraining, decay_examples)
+    kept = checkpoints(cfg, device, identity, metadata, saved)
     try:
-        Trainer(setup.model, dataset, None, config).train()
+        Trainer(setup.model, dataset, None, config, writer, epoch_hooks, kept).train()
     finally:
         if writer is not None:
             writer.close()
-    return epochs_before + training["epochs"], epoch_hooks.training_seconds()
+    return epochs_before + stage.epochs, epoch_hooks.training_seconds()
 
 
 def saved_checkpoint(cfg):
@@ -307,41 +312,23 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
                 continue
             setup = build(cfg, metadata, stage.max_shift, state)
             dataset, hooks = stage_data(cfg, setup.corpus, stage, on_epoch_end)
-            training = dict(
-                pretraining=True, epochs=stage.epochs, batch_size=cfg.recipe.pretrain_batch_size
-            )
-            training.update(
-                lr=stage.lr, decay_epochs=stage.decay_epochs, decay_examples=len(dataset)
-            )
             resumed = saved if number == first else None
             epochs, seconds = train(
-                cfg, setup, dataset, device, hooks, training, number, resumed, epochs, seconds
+                cfg,
+                setup,
+                dataset,
+                device,
+                hooks,
+                stage,
+                True,
+                len(dataset),
+                number,
+                resumed,
+                epochs,
+                seconds,
             )
             state = setup.model.state_dict()
         write_params(cfg, setup)
-
-
-def stage_data(cfg, corpus, stage, hooks):
-    """
-    What the stage trains on, and its epoch hooks. The corpus loses any held-out part and
-    keeps the stage's share of its documents; the mixed pairs come pair_copies times.
-    """
-    parts, hooks = [], list(hooks)
-    if stage.reads_corpus and cfg.recipe.held_out_fraction:
-        corpus, held_out = held_out_split(
-            corpus, cfg.recipe.held_out_fraction, cfg.pretrain_corpus_path
-        )
-        hooks.insert(0, HeldOutLoss(held_out))
-    if stage.reads_corpus and stage.documents < 1:
-        kept = random.Random(cfg.seed).sample(
-            corpus.data, max(1, round(stage.documents * len(corpus.data)))
-        )
-        corpus = corpus.with_documents(kept, corpus.max_shift)
-    if stage.reads_corpus:
-        parts.append(viewed(corpus, stage.full_names, cfg.recipe.clause_dropout, stage.plain_text))
-    if stage.uses_pairs and cfg.mix_corpus_path:
-        parts += [load_pairs(corpus, cfg.mix_corpus_path, "mixed corpus")] * stage.pair_copies
-    return (parts[0] if len(parts) == 1 else ConcatDataset(parts)), hooks
 
 
 def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
@@ -352,7 +339,7 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
     with checked_run(cfg) as (cfg, metadata, device):
         setup = build(cfg, metadata)
         r = cfg.recipe
-        freeze(setup.model, r.frozen_parts())
+        adapters.freeze(setup.model, r.frozen_parts())
         dataset = load_pairs(setup.corpus, cfg.finetune_corpus_path, "finetuning corpus")
         pretrained = bool(cfg.reading_params_path)
         if pretrained and r.finetune_people != "all":
@@ -360,47 +347,12 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
         dataset = examples(setup.corpus, dataset.data) if examples else dataset
         if pretrained and r.finetune_lora_rank:
             adapters.add(setup.model, r.finetune_lora_rank)
-        epochs = r.finetune_epochs_from_pretrained if pretrained else r.finetune_epochs_from_scratch
-        lr = (
-            r.finetune_lr
-            if pretrained or r.finetune_lr_from_scratch is None
-            else r.finetune_lr_from_scratch
-        )
-        training = dict(pretraining=False, epochs=epochs, batch_size=r.finetune_batch_size, lr=lr)
         # decay_epochs count epochs of the pretraining corpus, as in the course's code
-        training.update(decay_epochs=r.decay_epochs, decay_examples=len(setup.corpus))
-        train(cfg, setup, dataset, device, on_epoch_end, training, saved=saved_checkpoint(cfg))
+        stage, decay_examples = r.finetuning(pretrained), len(setup.corpus)
+        saved = saved_checkpoint(cfg)
+        train(cfg, setup, dataset, device, on_epoch_end, stage, False, decay_examples, saved=saved)
         adapters.merge(setup.model)
         write_params(cfg, setup)
-
-
-def keep_recalled(setup, dataset, prompt, device):
-    """
-    Leave in the finetuning dataset the pairs whose place the model completes after `prompt` alone.
-    """
-    kept = recalled_pairs(setup.model, setup.corpus, dataset.data, device, prompt)
-    if not kept:
-        raise RunError(
-            "finetune_people: the params recall none of the finetuning people's birthplaces"
-        )
-    if launch_rank() == 0:
-        logger.info(
-            "finetuning on the %d of %d people the params recall", len(kept), len(dataset.data)
-        )
-    dataset.data = kept
-
-
-def freeze(model, parts):
-    """
-    Leave the parameters of the model's `parts` (config.FREEZABLE) out of training: they get no
-    gradient, so AdamW neither moves nor decays them. "ln" is every part whose name starts with ln.
-    """
-    for name, parameter in model.named_parameters():
-        components = name.split(".")
-        if any(
-            c == part or (part == "ln" and c.startswith("ln")) for part in parts for c in components
-        ):
-            parameter.requires_grad_(False)
 
 
 def evaluate(cfg: RunConfig) -> Evaluation:

@@ -1,7 +1,10 @@
 """
-The question files, read without torch (london_baseline.py starts without it), and the course's
-score line. A question file has a question on every line, or "question<TAB>place" on every line.
+The question files, read without torch (london_baseline.py starts without it), the course's score
+line, and the name each question asks about, with its biography. A question file has a question on
+every line, or "question<TAB>place" on every line.
 """
+
+import re
 
 
 def numbered_lines(text):
@@ -55,3 +58,30 @@ def score_line(total, correct, counted="Correct"):
     The course's score line, the percentage rounded to two decimals (3.6%, not 3.5999999999999996%).
     """
     return f"{counted}: {correct} out of {total}: {round(correct / max(1, total) * 100, 2)}%"
+
+
+QUESTION = re.compile(r"Where was (.+) born\?")  # the handout's question
+
+
+def name_of(question):
+    """The name in "Where was NAME born?"; ValueError for any other question."""
+    match = QUESTION.fullmatch(question.strip())
+    if not match:
+        raise ValueError(f"{question!r} is not of the form 'Where was NAME born?'")
+    return match.group(1)
+
+
+def biographies(documents, names):
+    """
+    Each name's biography: the text after "NAME. " in the first corpus line that opens with it.
+    """
+    by_first_word = {}
+    for document in documents:
+        by_first_word.setdefault(document.split(" ")[0], []).append(document)
+    found = {}
+    for name in names:
+        lines = (d for d in by_first_word.get(name.split(" ")[0], []) if d.startswith(name + ". "))
+        body = next(lines, None)
+        if body is not None:
+            found[name] = body[len(name) + 2 :]
+    return found

@@ -9,7 +9,8 @@ be probed.
 """
 
 import pipeline
-from arguments import exit_status, params_parser, reading_config
+from arguments import params_parser, reading_config
+from cli import exit_status
 from distributed import exit_process
 from questions import score_line
 

@@ -71,7 +71,7 @@ def step_result(step):
     record = step.kept()
     if record is None:
         return None
-    result = dict(output=step.output, seconds=round(record["seconds"], 1), digest=record["key"])
+    result = dict(output=step.output, seconds=round(record["seconds"], 3), digest=record["key"])
     if not step.training:
         result.update(correct=record["correct"], total=record["total"])
     return result

@@ -14,7 +14,8 @@ and exit code 2.
 import sys
 
 import pipeline
-from arguments import build_parser, exit_status, parse
+from arguments import build_parser, parse
+from cli import exit_status
 from distributed import exit_process, launch_rank
 from questions import score_line
 

@@ -65,11 +65,10 @@ def check_number(name, value, at_least_zero=False, below=None, at_most=None):
         raise RunError(
             f"{name} must be {'at least 0' if at_least_zero else 'positive'}, got {value}"
         )
-    if (below is not None and value >= below) or (at_most is not None and value > at_most):
-        raise RunError(
-            f"{name} must be {f'below {below}' if below is not None else f'at most {at_most}'}, "
-            f"got {value}"
-        )
+    if below is not None and value >= below:
+        raise RunError(f"{name} must be below {below}, got {value}")
+    if at_most is not None and value > at_most:
+        raise RunError(f"{name} must be at most {at_most}, got {value}")
 
 
 def check_fields(settings, where=""):

@@ -5,6 +5,7 @@ import contextlib
 import functools
 import os
 import random
+import runpy
 import shutil
 import signal
 import subprocess
@@ -17,8 +18,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments"))
-sys.path.insert(0, str(ROOT / "src"))  # first: a module of the product is never shadowed by a research script's
+sys.path.insert(0, str(ROOT / "src"))
+# The research scripts are tested as a user runs them (run_script), never imported: experiments/ stays off sys.path.
+EXPERIMENTS = ROOT / "experiments"
 
 # The working directory of the command lines the tests run, so that their TensorBoard logs
 # (expt/ under the working directory) stay out of the checkout.
@@ -116,6 +118,31 @@ def run_main(*args):
     import run
 
     return run.main([str(a) for a in args])
+
+
+def run_script(name, *argv):
+    """
+    experiments/<name>.py run as `python experiments/<name>.py ARGV` would, but in this process
+    (faster; capsys sees its output, monkeypatched src/ modules are its): its exit status.
+    """
+    path = str(EXPERIMENTS / f"{name}.py")
+    saved_argv, saved_path, saved_modules = sys.argv, sys.path[:], set(sys.modules)
+    sys.argv = [path, *map(str, argv)]
+    sys.path.insert(0, str(EXPERIMENTS))  # as the interpreter puts the script's folder first
+    try:
+        runpy.run_path(path, run_name="__main__")
+        return 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)  # as the interpreter says a message it exits with
+        return 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        # the script's sibling modules (src_path, hooks, ...) go with it: the next run imports them afresh
+        for module in set(sys.modules) - saved_modules:
+            if str(getattr(sys.modules[module], "__file__", None) or "").startswith(str(EXPERIMENTS) + os.sep):
+                del sys.modules[module]
 
 
 def run_main_exit(capsys, *args):

@@ -7,8 +7,9 @@ import random
 import pytest
 import torch
 
-from batching import EpochBatches, EpochKeys, forward_passes, rank_rows, real_lengths
+from batching import EpochBatches, EpochKeys
 from conftest import corpus_of
+from objective import forward_passes, rank_rows, real_lengths
 from run_config import default_num_workers
 from trainer import TrainerConfig
 

@@ -1,36 +1,24 @@
 """experiments/benchmark.py and experiments/step_pace.py: what they measure and print, on the tiny world."""
 
-import argparse
-import functools
+import dataclasses
 import math
 import re
 
 import pytest
 
 import arguments
-import benchmark
-import cpu_pace
-import step_pace
 from config import HANDOUT
-from model import variant_config
+from conftest import run_script
 
-
-@pytest.fixture(autouse=True)
-def quick_matmul_rate(monkeypatch):
-    """
-    benchmark.py measures one core's matmul rate for 2 s before anything else; these tests ask
-    that it is measured and printed, not how precisely: 0.1 s of it.
-    """
-    monkeypatch.setattr(benchmark, "single_core_matmul_gflops", functools.partial(MATMUL_RATE, seconds=0.1))
-
-
-MATMUL_RATE = benchmark.single_core_matmul_gflops
+# benchmark.py measures one core's matmul rate for 2 s before anything else; these tests ask that it
+# is measured and printed, not how precisely: 0.1 s of it.
+QUICK_MATMUL = ["--matmul_seconds", 0.1]
 
 
 def benchmark_main(capsys, *argv):
-    """benchmark.py's main in this process (its measurements run where a fresh interpreter's would): its output."""
+    """benchmark.py run in this process (its measurements run where a fresh interpreter's would): its output."""
     capsys.readouterr()
-    assert benchmark.main([str(a) for a in argv]) is None
+    assert run_script("benchmark", *QUICK_MATMUL, *argv) == 0
     return capsys.readouterr().out
 
 
@@ -43,12 +31,15 @@ def test_benchmark_sweep_runs(capsys):
     assert re.search(r"^one core's fp32 matmul \(512 x 512\): \d+\.\d GFLOP/s$", out, re.M), out
 
 
-def test_benchmark_names_the_peak_of_the_gpu_named_in_full():
-    from benchmark import peak_tflops_of
-
-    assert peak_tflops_of("NVIDIA L4") == 30.3 and peak_tflops_of("NVIDIA L40S") == 91.6  # not an L4
-    assert peak_tflops_of("NVIDIA H100 PCIe") == 51.0 and peak_tflops_of("NVIDIA H100 80GB HBM3") == 67.0
-    assert peak_tflops_of("NVIDIA A100-SXM4-80GB") == 19.5 and peak_tflops_of("NVIDIA GeForce RTX 4090") is None
+def test_benchmark_names_the_peak_of_the_gpu_named_in_full(capsys):
+    """--peak_of: the fp32 peak that the MFU row takes for each GPU name, and nothing measured."""
+    known = {"NVIDIA L4": 30.3, "NVIDIA L40S": 91.6, "NVIDIA H100 PCIe": 51.0, "NVIDIA H100 80GB HBM3": 67.0}
+    known["NVIDIA A100-SXM4-80GB"] = 19.5  # and an L40S is not an L4
+    out = benchmark_main(capsys, "--peak_of", *known, "NVIDIA GeForce RTX 4090")
+    said = dict(line.rsplit(": ", 1) for line in out.splitlines())
+    assert {name: float(peak.split()[0]) for name, peak in said.items() if peak.endswith(" TFLOP/s")} == known
+    assert said["NVIDIA GeForce RTX 4090"] == "not known (give --peak_tflops)" and len(said) == len(known) + 1
+    assert "GFLOP/s" not in out  # not even the matmul rate
 
 
 def test_benchmark_matmul_rate_alone(capsys):
@@ -144,17 +135,17 @@ def test_benchmark_profiles_pretraining_steps(tiny_world, tmp_path, capsys):
     assert "aten::mm" in output and "Self CPU time total" in output
 
 
-def test_benchmark_counts_what_a_step_dispatches(tiny_world, tmp_path, monkeypatch):
+def test_benchmark_counts_what_a_step_dispatches(tiny_world, tmp_path, capsys):
     """
     --count_dispatches: a row per batch shape. The CPU's passes of 16 rows dispatch more than one
     pass; a cut batch needs its rows' lengths on the host, fixed shapes nothing between read-backs.
     """
     # two blocks, narrower than the handout's model: the same operators, in less time
-    narrow = dict(n_layer=2, n_head=2, n_embd=32)
-    monkeypatch.setattr(benchmark, "model_config", lambda v, vocab, block: variant_config(v, vocab, block, **narrow))
-    files = benchmark.load_data(benchmark_data(tiny_world, tmp_path / "data"))
-    args = argparse.Namespace(fast_recipe=HANDOUT, device="cpu", count_dispatches=1)
-    rows = {label: numbers for label, *numbers in benchmark.count_dispatches("vanilla", files, args)}
+    narrow = ["--n_layer", 2, "--n_head", 2, "--n_embd", 32]
+    output = benchmark_output(tiny_world, tmp_path, capsys, "--count_dispatches", 1, *narrow)
+    assert re.search(r"^vanilla pretraining, 1 steps on batches in memory, aten operators:$", output, re.M), output
+    cells = [line.strip("| ").split(" | ") for line in output.splitlines() if line.startswith("| ")][2:]
+    rows = {label: [float(number) for number in numbers] for label, *numbers in cells}
     passes, one_pass = rows.pop("cut, passes of 16 rows (the CPU's)"), rows.pop("cut, one pass (CUDA's)")
     assert list(rows) == ["full_padding", "fixed_shapes"]
     assert passes[0] > one_pass[0] > 0  # the tiny world's 24 rows: passes of 16 and 8 rows against one
@@ -163,30 +154,41 @@ def test_benchmark_counts_what_a_step_dispatches(tiny_world, tmp_path, monkeypat
     assert all(row[3] >= 1 for row in [passes, one_pass, *rows.values()])  # a read-back reads the loss on the host
 
 
-def test_step_pace_rows_each_way_with_the_flags_that_give_it(tiny_world, tmp_path, monkeypatch, capsys):
+# step_pace.py's ways, in the order it measures them by default, and the Recipe fields that say how each runs its step
+STEP_PACE_WAYS = {
+    "straightforward": dict(full_padding=True, captured_step="off"),
+    "cut": dict(captured_step="off"),
+    "fixed_shapes": dict(fixed_shapes=True, captured_step="off"),
+    "cuda_graph": dict(captured_step="cuda_graph"),
+    "compiled": dict(captured_step="compiled"),
+}
+
+
+def test_step_pace_rows_each_way_with_the_flags_that_give_it(tiny_world, tmp_path, capsys):
     """experiments/step_pace.py: a row per way and precision, its projection from its epochs, the flags run.py takes."""
-    narrow = dict(n_layer=1, n_head=2, n_embd=32)
-    monkeypatch.setattr(step_pace, "model_config", lambda v, vocab, block: variant_config(v, vocab, block, **narrow))
-    data = benchmark_data(tiny_world, tmp_path / "data")
-    step_pace.main(["--data", str(data), "--device", "cpu", "--epochs", "2", "--precisions", "fp32"])
-    rows = [
-        line.split(" | ") for line in capsys.readouterr().out.splitlines() if re.match(r"^\| [a-z_]+ \| fp32", line)
-    ]
-    assert [row[0][2:] for row in rows] == list(step_pace.WAYS)
+    narrow = ["--n_layer", 1, "--n_head", 2, "--n_embd", 32]
+    argv = ["--data", benchmark_data(tiny_world, tmp_path / "data"), "--device", "cpu", "--epochs", 2]
+    capsys.readouterr()
+    assert run_script("step_pace", *argv, "--precisions", "fp32", *narrow) == 0
+    out = capsys.readouterr().out
+    assert "\nvanilla's handout pretraining (model: the handout's, n_layer 1, n_head 2, n_embd 32) on cpu, " in out
+    rows = [line.split(" | ") for line in out.splitlines() if re.match(r"^\| [a-z_]+ \| fp32", line)]
+    assert [row[0][2:] for row in rows] == list(STEP_PACE_WAYS)
     for way, _, first, steps, host, gpu, projected, flags in rows:
         assert gpu == "" and float(host) > 0  # no GPU time on the CPU
         # the first epoch, then 649 at the fastest pace: one step an epoch (fewer people than a batch)
         assert float(projected[:-2]) == pytest.approx(float(first[:-2]) + 649 / float(steps), rel=0.05, abs=1)
         argv = ["pretrain", "vanilla", "w.txt", *flags.strip(" |`").split()]
         recipe = arguments.parse(argv, arguments.build_parser())[0].recipe
-        assert {k: getattr(recipe, k) for k in step_pace.WAYS[way[2:]]} == step_pace.WAYS[way[2:]]
+        assert recipe == dataclasses.replace(HANDOUT, **STEP_PACE_WAYS[way[2:]])
 
 
 def test_cpu_pace_gives_every_way_a_row_against_todays_step(tiny_world, capsys):
     """experiments/cpu_pace.py: a row per way, today's step its own baseline; exact ways lose nothing on the way."""
     ways = ["fp32", "passes8", "math_attention", "one_thread"]
     argv = ["--recipe", "demo", "--ways", *ways, "--rounds", "1", "--steps", "2", "--check_steps", "2"]
-    cpu_pace.main([*argv, "--data", str(tiny_world["wiki.txt"])])
+    capsys.readouterr()
+    assert run_script("cpu_pace", *argv, "--data", tiny_world["wiki.txt"]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][2:]
     assert [row[0][2:] for row in rows] == ways
     assert rows[0][3] == "1.00" and float(rows[0][4].rstrip(" |")) == 0  # fp32 is today's step

@@ -27,13 +27,13 @@ def corpus(tiny_world):
     return corpus_of(tiny_world["wiki.txt"], 64)
 
 
-def trainer_of(corpus, device="cpu", dropout=0.1, epochs=3, variant="vanilla", **settings):
+def trainer_of(corpus, device="cpu", dropout=0.1, epochs=3, variant="vanilla", checkpoints=None, **settings):
     """A small model's pretraining Trainer with a schedule that moves the rate every step."""
     random.seed(0)  # the span corruptions' draws
     model = small_gpt(corpus.vocab_size, 64, variant, seed=0, n_layer=1, dropout=dropout)
     schedule = dict(learning_rate=3e-3, lr_decay=True, warmup_tokens=500, final_tokens=5000)
     config = TrainerConfig(max_epochs=epochs, batch_size=8, device=device, data_seed=0, **schedule, **settings)
-    return Trainer(model, corpus, None, config)
+    return Trainer(model, corpus, None, config, checkpoints=checkpoints)
 
 
 def params_of(trainer):
@@ -174,11 +174,12 @@ def test_the_captured_step_trains_as_the_eager_one(corpus, way, variant, precisi
 def test_a_resumed_run_captures_its_step_after_the_restore(corpus, tmp_path):
     """Stopped after an epoch and resumed: the graph is captured from the restored state and ends as the whole run."""
     path = str(tmp_path / "c.ckpt")
-    settings = dict(dropout=0.0, captured_step="cuda_graph", checkpoint_path=path)
+    settings = dict(dropout=0.0, captured_step="cuda_graph")
     whole = trainer_of(corpus, "cuda", **settings)
     whole.train()
-    trainer_of(corpus, "cuda", epochs=1, **settings).train()
-    resumed = trainer_of(corpus, "cuda", **settings, resume_from=checkpoint.read(path))
+    trainer_of(corpus, "cuda", epochs=1, checkpoints=checkpoint.Checkpoints(path), **settings).train()
+    kept = checkpoint.Checkpoints(path, resume_from=checkpoint.read(path))
+    resumed = trainer_of(corpus, "cuda", checkpoints=kept, **settings)
     resumed.train()
     assert resumed.captured_gradient_step.graph is not None and resumed.step == whole.step
     assert resumed.epoch_losses == whole.epoch_losses

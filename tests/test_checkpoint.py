@@ -118,21 +118,20 @@ def test_params_never_keep_another_runs_facts(tmp_path, monkeypatch):
 
 def test_on_cuda_the_checkpoint_comes_every_few_minutes_and_at_the_end_not_every_epoch(tiny_world, tmp_path):
     """A handout epoch on a GPU takes a fraction of a second; a 40 MB checkpoint after each would be a large share."""
-    setting = dict(pretraining=True, epochs=1, batch_size=8, lr=1e-3, decay_epochs=1, decay_examples=1)
-    cuda = pipeline.trainer_config(CFG, torch.device("cuda"), **setting)
-    assert (cuda.checkpoint_every_epoch, cuda.checkpoint_minutes) == (False, CUDA_CHECKPOINT_MINUTES)
-    asked = pipeline.trainer_config(dataclasses.replace(CFG, checkpoint_minutes=5), torch.device("cuda"), **setting)
-    assert asked.checkpoint_minutes == 5
-    cpu = pipeline.trainer_config(CFG, torch.device("cpu"), **setting)
-    assert (cpu.checkpoint_every_epoch, cpu.checkpoint_minutes) == (True, None)
+    cfg = dataclasses.replace(CFG, writing_params_path=str(tmp_path / "p.params"))
+    cuda = pipeline.checkpoints(cfg, torch.device("cuda"), {}, {}, None)
+    assert cuda.path == cfg.writing_params_path + ".ckpt"
+    assert (cuda.every_epoch, cuda.minutes) == (False, CUDA_CHECKPOINT_MINUTES)
+    asked = pipeline.checkpoints(dataclasses.replace(cfg, checkpoint_minutes=5), torch.device("cuda"), {}, {}, None)
+    assert asked.minutes == 5
+    cpu = pipeline.checkpoints(cfg, torch.device("cpu"), {}, {}, None)
+    assert (cpu.every_epoch, cpu.minutes) == (True, None)
 
     corpus = corpus_of(tiny_world["wiki.txt"], 32)
     for every_epoch, expected in [(True, [11, 22, 33]), (False, [33])]:  # 84 biographies, batch 8
-        config = TrainerConfig(
-            max_epochs=3, batch_size=8, device="cpu", checkpoint_path=str(tmp_path / "c.ckpt"),
-            checkpoint_minutes=1000, checkpoint_every_epoch=every_epoch,
-        )  # fmt: skip
-        trainer = Trainer(small_gpt(corpus.vocab_size, 32, n_layer=1), corpus, None, config)
+        config = TrainerConfig(max_epochs=3, batch_size=8, device="cpu")
+        kept = checkpoint.Checkpoints(str(tmp_path / "c.ckpt"), minutes=1000, every_epoch=every_epoch)
+        trainer = Trainer(small_gpt(corpus.vocab_size, 32, n_layer=1), corpus, None, config, checkpoints=kept)
         saves = checkpoint_steps(trainer)
         trainer.train()
         assert saves == expected

@@ -12,7 +12,6 @@ import torch
 import arguments
 import dataset
 import london_baseline
-import probed_pretraining
 from config import HANDOUT, RECIPES, Recipe
 from conftest import (
     CPU_FLAGS,
@@ -26,6 +25,7 @@ from conftest import (
     one_line_error,
     pretrain_args,
     run_main_exit,
+    run_script,
     small_gpt,
 )
 from conftest import run_main as main
@@ -150,7 +150,7 @@ def test_the_research_pretrainings_own_inputs_fail_before_any_work(flags, messag
     """experiments/probed_pretraining.py's own inputs: the same one-line errors, before any work."""
     argv = [*pretrain_args("vanilla", inputs["wiki.txt"], inputs["folder"] / "x.params"), *SMALL, *flags(inputs)]
     capsys.readouterr()
-    assert probed_pretraining.main([str(a) for a in argv]) == 2, argv
+    assert run_script("probed_pretraining", *argv) == 2, argv
     err = capsys.readouterr().err
     assert message.format_map(inputs) in err and len(err.strip().splitlines()) == 1, err
     assert nothing_written(inputs)
@@ -445,7 +445,7 @@ def test_an_output_never_replaces_an_input(outputs, params_files, tiny_world, tm
         ),
         (
             [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus documents=0"],
-            "documents=0.0 full_names=False): documents must be positive, got 0.0",
+            "documents=0.0 full_names=False batch_size=128): documents must be positive, got 0.0",
         ),
         (
             [*pretrain_args("perceiver", "WIKI", "x"), "--bottleneck_dim", "256"],
@@ -486,7 +486,7 @@ def test_an_output_never_replaces_an_input(outputs, params_files, tiny_world, tm
         ),
         (
             [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "corpus; text max_shift=3"],
-            "max_shift=3 decay_epochs=200 full_names=False): max_shift pads span corruptions; a text stage has none",
+            "full_names=False batch_size=128): max_shift pads span corruptions; a text stage has none",
         ),
         (
             [*pretrain_args("vanilla", "WIKI", "x"), "--pretrain_stages", "text", "--corrupt_by_epoch"],
@@ -514,16 +514,12 @@ def test_command_line_mistakes_are_one_line(args, message, tiny_world, capsys):
 )
 def test_the_research_scripts_refuse_a_bad_mix_of_recipe_flags_as_run_py_does(script, args, tiny_world, capsys):
     """A mix that no Recipe can hold is one line and exit code 2 before anything runs, not a traceback."""
-    import benchmark
-    import controls
-
     mix = ["--clause_dropout", "0.1", "--corrupt_by_epoch"]
     argv = [tiny_world["wiki.txt"] if a == "WIKI" else a for a in args] + mix
     capsys.readouterr()
-    with pytest.raises(SystemExit) as stopped:
-        {"benchmark": benchmark, "controls": controls}[script].main(argv)
+    code = run_script(script, *argv)
     err = capsys.readouterr().err.strip()
-    assert stopped.value.code == 2 and len(err.splitlines()) == 1, err
+    assert code == 2 and len(err.splitlines()) == 1, err
     assert "clause_dropout draws a view per example: it cannot go with corrupt_by_epoch" in err
 
 

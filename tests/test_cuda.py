@@ -42,7 +42,7 @@ def trained(dataset, vocab_size, epochs=2, **settings):
 def test_each_precision_trains_on_cuda(precision, data):
     trainer = trained(data[0], data[0].vocab_size, precision=precision)
     assert all(torch.isfinite(torch.tensor(trainer.epoch_losses))) and trainer.epoch_losses[1] < trainer.epoch_losses[0]
-    assert trainer.precision.scaler.is_enabled() == (precision == "fp16")
+    assert trainer.scaler.is_enabled() == (precision == "fp16")
 
 
 def test_compile_trains_like_eager_on_cuda(data):
@@ -55,11 +55,13 @@ def test_workers_with_pinned_memory_resume_exactly_on_cuda(data, tmp_path):
     """A run stopped mid-epoch and resumed with two workers: the uninterrupted run's steps and losses."""
     pre = data[0]
     settings = dict(max_epochs=3, batch_size=16, device="cuda", num_workers=2, data_seed=1, lr_decay=True)
-    settings.update(warmup_tokens=100, final_tokens=10_000, checkpoint_path=str(tmp_path / "c.ckpt"))
+    settings.update(warmup_tokens=100, final_tokens=10_000)
+    path = str(tmp_path / "c.ckpt")
     whole = Trainer(small_model(pre.vocab_size), pre, None, TrainerConfig(**settings))
     whole.train()
 
-    first = Trainer(small_model(pre.vocab_size), pre, None, TrainerConfig(**settings, checkpoint_minutes=1e-9))
+    every_step = checkpoint.Checkpoints(path, minutes=1e-9)
+    first = Trainer(small_model(pre.vocab_size), pre, None, TrainerConfig(**settings), checkpoints=every_step)
     save = first.save_checkpoint
 
     def save_then_stop():
@@ -70,9 +72,10 @@ def test_workers_with_pinned_memory_resume_exactly_on_cuda(data, tmp_path):
     first.save_checkpoint = save_then_stop
     with pytest.raises(KeyboardInterrupt):
         first.train()
-    saved = checkpoint.read(settings["checkpoint_path"])
+    saved = checkpoint.read(path)
     assert saved["cuda_random"].dim() == 1  # the training GPU's generator alone
-    resumed = Trainer(small_model(pre.vocab_size), pre, None, TrainerConfig(**settings, resume_from=saved))
+    kept = checkpoint.Checkpoints(path, resume_from=saved)
+    resumed = Trainer(small_model(pre.vocab_size), pre, None, TrainerConfig(**settings), checkpoints=kept)
     resumed.train()
     assert resumed.step == whole.step and resumed.epoch_losses == pytest.approx(whole.epoch_losses, rel=1e-5)
 

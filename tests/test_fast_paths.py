@@ -6,11 +6,12 @@ import math
 import pytest
 import torch
 
-from batching import bucket_rows, forward_passes, padded_rows, real_lengths
+from batching import bucket_rows, padded_rows
 from conftest import TINY, pretrain_args, run_main, small_gpt
 from dataset import CharCorruptionDataset, NameDataset
 from decoding import greedy_decode_cached, predict_places
 from model import KVCache
+from objective import forward_passes, real_lengths
 from trainer import Trainer, TrainerConfig
 from utils import sample, set_seed
 from world import build_world

@@ -1,8 +1,10 @@
 """The frames readout (frames.py, ensemble.py, fitting.py): mining, reading places, scoring, fitting, evaluate."""
 
 import collections
+import contextlib
 import dataclasses
 import fcntl
+import io
 import json
 import math
 import os
@@ -13,14 +15,10 @@ import pytest
 import torch
 
 import choice
-import controls
 import ensemble
 import fitting
 import frames
 import pipeline
-import readout
-import readout_finetune
-import rerank
 from config import HANDOUT
 from conftest import (
     CPU_FLAGS,
@@ -33,14 +31,16 @@ from conftest import (
     evaluate_args,
     finetune_args,
     one_line_error,
+    run_script,
     small_gpt,
 )
 from conftest import run_main as main
-from dataset import MASK_CHAR, PAD_CHAR, biographies, known_characters, name_of
+from dataset import MASK_CHAR, known_characters
 from decoding import Answer
 from errors import RunError
 from evaluation import details_lines
 from inputs import load_corpus
+from questions import biographies, name_of
 from run_config import RunConfig
 
 BIOGRAPHIES = [
@@ -157,20 +157,6 @@ def test_scores_in_padded_batches_equal_one_text_at_a_time():
         assert score == pytest.approx(alone, abs=1e-4)
     too_long = ensemble.text_logprobs(model, corpus, ["Ada Berg. " * 13], ["Oslo,"], "cpu")
     assert too_long == [-math.inf]  # a text beyond the block is not scored
-
-
-def test_branching_where_the_place_starts_keeps_each_greedy_place_first():
-    """experiments/readout.py --first_chars: K=1 is the greedy candidates; K=3 adds two branches after each."""
-    corpus = Vocabulary("".join(BIOGRAPHIES) + ",")
-    model = small_gpt(len(corpus.stoi), 128, seed=0, n_embd=32).eval()
-    asked = ensemble.Ensemble(("NAME. Born in ", "NAME. NAME was born in "), ("NAME. Born in ",))
-    names = ["Ada Berg", "Bruno Costa", "Elif Fischer"]
-    greedy = ensemble.written_places(model, corpus, names, asked.writers, asked.skips, "cpu")
-    alone = readout.branched_places(model, corpus, asked, names, 1, "cpu")
-    assert alone == [[[place] for place in row] for row in greedy]
-    branched = readout.branched_places(model, corpus, asked, names, 3, "cpu")
-    assert [[len(places) for places in row] for row in branched] == [[3, 3]] * 3
-    assert [[places[0] for places in row] for row in branched] == greedy
 
 
 WIDE = ["--n_layer", "2", "--n_head", "4", "--n_embd", "64", *CPU_FLAGS]  # learns the frames world in seconds
@@ -435,6 +421,25 @@ def test_the_frames_readout_of_finetuned_params_says_what_finetuning_unlearned(
         assert ("which finetuning on the question unlearns" in said.err) == warned
 
 
+def test_branching_where_the_place_starts_keeps_each_greedy_place_first(frames_world, capsys):
+    """
+    experiments/readout.py --first_chars: K=1 is the greedy candidates (the ensemble's own score);
+    K=3 adds at most two branches after each writer's place, and loses none of the greedy places.
+    """
+    argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
+    argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--sizes", "2", "--first_chars", "1", "3"]
+    capsys.readouterr()
+    assert run_script("readout", *argv) == 0
+    rows = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    ensembles = {row[0]: row[2:] for row in rows if "`" in row[1]}  # frames writing, chosen, first 1,600, last 400
+    (_, one_candidates, one_among, one_right, _), (_, three_candidates, three_among, _, _) = [
+        row for row in rows if row[0] in ("1", "3") and row[-1].endswith(" s")
+    ]
+    assert one_right == ensembles["2"][1]  # the greedy candidates, scored as the ensemble scores them
+    assert 0 < float(one_candidates) <= 2 and float(one_candidates) <= float(three_candidates) <= 3 * 2
+    assert float(three_among[:-1]) >= float(one_among[:-1])  # every greedy place still among the candidates
+
+
 def test_a_choice_learned_on_the_training_people_is_fitted_and_checked(frames_world, capsys):
     """
     experiments/rerank.py: a row per writers and part (no choice beats the candidates), a weight
@@ -442,7 +447,8 @@ def test_a_choice_learned_on_the_training_people_is_fitted_and_checked(frames_wo
     """
     argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
     argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "3", "--first_chars", "1", "2"]
-    assert rerank.main([*argv, "--biography", "2"]) == 0
+    capsys.readouterr()
+    assert run_script("rerank", *argv, "--biography", "2") == 0
     lines = capsys.readouterr().out.splitlines()
     rows = [line.strip("| ").split(" | ") for line in lines if line.startswith(("| 2", "| 3"))]
     parts = ("first 1,600", "last 400")
@@ -464,26 +470,40 @@ def test_a_choice_learned_on_the_training_people_is_fitted_and_checked(frames_wo
     assert any(line.startswith("| length | ") for line in lines)
 
 
-def test_the_finetuning_study_reads_out_each_way_of_finetuning(frames_world, capsys):
-    """experiments/readout_finetune.py: a row per run, adapters and rehearsal among them, under the learned choice."""
+FINETUNING_RUNS = ["zero-shot", "lora", "rehearsal"]
+
+
+@pytest.fixture(scope="module")
+def finetuning_study(frames_world, tmp_path_factory):
+    """experiments/readout_finetune.py run once on the frames world: (exit status, output, its rehearsal rows)."""
+    rows = tmp_path_factory.mktemp("finetuning_study") / "rehearsal.rows"
     argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
-    runs = ["zero-shot", "lora", "rehearsal"]
-    argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "--runs", *runs]
-    assert readout_finetune.main(argv) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert "choice: learned" in lines
+    argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "--runs", *FINETUNING_RUNS]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        code = run_script("readout_finetune", *argv, "--rehearsal_rows", rows)
+    return code, out.getvalue(), rows
+
+
+def test_the_finetuning_study_reads_out_each_way_of_finetuning(finetuning_study):
+    """experiments/readout_finetune.py: a row per run, adapters and rehearsal among them, under the learned choice."""
+    code, out, _ = finetuning_study
+    lines = out.splitlines()
+    assert code == 0 and "choice: learned" in lines
     rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and line.endswith(" |")][2:]
-    assert [row[0] for row in rows] == runs
+    assert [row[0] for row in rows] == FINETUNING_RUNS
     assert all(0 <= float(cell[:-1]) <= 100 for row in rows for cell in row[1:3])
 
 
-def test_rehearsal_mixes_the_questions_with_as_many_span_corrupted_documents(frames_world):
-    """experiments/readout_finetune.py's rehearsal: each pair's question row, then a corruption of a corpus document."""
+def test_rehearsal_mixes_the_questions_with_as_many_span_corrupted_documents(frames_world, finetuning_study):
+    """
+    experiments/readout_finetune.py --rehearsal_rows: each training pair's question row, then as
+    many rows, each a corruption of a corpus document.
+    """
     corpus = load_corpus(frames_world["wiki.txt"])
-    pairs = [tuple(line.split("\t")) for line in lines_of(frames_world["train.tsv"])][:10]
-    mixed = readout_finetune.rehearsed(corpus, pairs)
-    assert len(mixed) == 2 * len(pairs)
-    texts = ["".join(corpus.itos[i] for i in mixed[i][0].tolist()).rstrip(PAD_CHAR) for i in range(len(mixed))]
+    pairs = [tuple(line.split("\t")) for line in lines_of(frames_world["train.tsv"])]
+    code, _, rows = finetuning_study
+    texts = lines_of(rows)
+    assert code == 0 and len(texts) == 2 * len(pairs)
     spelled = [[known_characters(text, corpus.stoi)[0] for text in pair] for pair in pairs]  # as NameDataset does
     assert [text.split(MASK_CHAR)[:2] for text in texts[: len(pairs)]] == spelled
     for text in texts[len(pairs) :]:
@@ -505,7 +525,8 @@ def test_the_controls_split_the_answers_by_whether_the_biography_names_the_place
     predictions.write_text("".join(f"{answer}\n" for answer in answers), encoding="utf-8")
     argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
     argv += ["--predictions", str(predictions), "--eval_corpus_path", str(asked), "--readout_biography", "1"]
-    assert controls.main([*argv, "--finetune_corpus_path", frames_world["train.tsv"]]) == 0
+    capsys.readouterr()
+    assert run_script("controls", *argv, "--finetune_corpus_path", frames_world["train.tsv"]) == 0
     rows = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert rows[0] == ["held-out people", "`dev.predictions`", "never pretrained", "London for all"]
     people = len(held_out)

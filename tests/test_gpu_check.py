@@ -3,102 +3,178 @@ experiments/gpu_check.py without a GPU or a training: its help, its deadline's a
 cut by SIGINT, the table packed into pieces and restored, and the next call's instructions.
 """
 
+import contextlib
+import io
 import json
 import os
+import re
 import shlex
-import subprocess
+import stat
 import sys
+import tarfile
+import types
 
-import gpu_check
-from conftest import ROOT
+import pytest
 
-SCRIPT = str(ROOT / "experiments" / "gpu_check.py")
-
-
-def test_help():
-    done = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, timeout=60)
-    assert done.returncode == 0 and b"--resume_from" in done.stdout
+from conftest import run_script
 
 
-def test_part_limits_keep_the_grace_and_the_reserve():
-    kept = gpu_check.GRACE + gpu_check.RESERVE
-    assert gpu_check.part_limit(150, 0, 480) == 150
-    assert gpu_check.part_limit(600, 10, 480) == 480 - 10 - kept
-    assert gpu_check.part_limit(600, 480 - kept - gpu_check.MIN_PART, 480) == gpu_check.MIN_PART
-    assert gpu_check.part_limit(600, 481 - kept - gpu_check.MIN_PART, 480) is None
+def gpu_check(*argv):
+    """gpu_check.py run in this process, what it prints set aside: its exit status (summary.md holds the rest)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run_script("gpu_check", *argv)
 
 
-def test_a_part_cut_at_its_limit_gets_sigint(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_check, "MIN_PART", 0)
-    monkeypatch.setattr(gpu_check, "RESERVE", 0)
-    args = gpu_check.parse_args([str(tmp_path), "--deadline", "100"])
-    check = gpu_check.Check(tmp_path, args)
-    said = tmp_path / "said"
-    waits = "import signal, sys, time\n"
-    waits += f"signal.signal(signal.SIGINT, lambda *_: (open({str(said)!r}, 'w').write('INT'), "
-    waits += "sys.exit(130)))\ntime.sleep(30)"
-    ended = check.run("waits", [sys.executable, "-c", waits], 1, tmp_path / "waits.log")
-    assert ended.cut and ended.code == 130 and ended.seconds < 15 and said.read_text() == "INT"
-    assert "- `waits`: cut at its 1 s limit, exit 130" in check.summary.read_text()
-    monkeypatch.setattr(gpu_check, "RESERVE", 100)
-    assert check.run("late", [sys.executable, "-c", ""], 1, tmp_path / "late.log") is None
-    assert "- `late`: not run" in check.summary.read_text()
+def test_help(capsys):
+    assert run_script("gpu_check", "--help") == 0 and "--resume_from" in capsys.readouterr().out
+
+
+def planned(capsys, *argv):
+    """gpu_check.py --plan: (grace + reserve, the least seconds a part is started with, {part: seconds or None})."""
+    capsys.readouterr()
+    assert run_script("gpu_check", "OUT", "--plan", *argv) == 0
+    first, *parts = capsys.readouterr().out.splitlines()
+    said = r"deadline \S+ s, less (\d+) s of grace for a cut part and (\d+) s of reserve; a part with under (\d+) s"
+    grace, reserve, least = map(int, re.fullmatch(said + " left is not started", first).groups())
+    seconds = dict(re.fullmatch(r"- (\w+): (.*)", line).groups() for line in parts)
+    return grace + reserve, least, {part: None if s == "not run" else float(s[:-2]) for part, s in seconds.items()}
+
+
+def test_part_limits_keep_the_grace_and_the_reserve(capsys):
+    """--plan: each part its own limit within what the deadline leaves after the parts before it, grace and reserve."""
+    limits = ["--limits", "cuda_tests=150", "table=600", "demo=110"]
+    kept, least, plan = planned(capsys, "--parts", "cuda_tests", "table", "demo", *limits, "--deadline", 480)
+    assert plan == {"cuda_tests": 150, "table": 480 - 150 - kept, "demo": None}  # nothing left for the demo
+    two = ["--parts", "cuda_tests", "table", *limits]  # the table just started, then not
+    assert planned(capsys, *two, "--deadline", 150 + kept + least)[2] == {"cuda_tests": 150, "table": least}
+    assert planned(capsys, *two, "--deadline", 150 + kept + least - 1)[2] == {"cuda_tests": 150, "table": None}
+
+
+def test_a_part_cut_at_its_limit_gets_sigint(tmp_path):
+    """
+    The command part cut at its 1 s limit gets SIGINT; the demo, with too little left before the
+    deadline, is not run. Without the table among the parts left, the next call resumes nothing.
+    """
+    out, said = tmp_path / "OUT", tmp_path / "said"
+    waits = "import signal, sys, time; "  # a line: the next call's command line holds it
+    waits += f"signal.signal(signal.SIGINT, lambda *_: (open({str(said)!r}, 'w').write('INT'), sys.exit(130))); "
+    waits += "time.sleep(30)"
+    command = shlex.join([sys.executable, "-c", waits])
+    # 56 s: the demo's 110 s within what is left once the command has had its second is under 20 s
+    argv = ["--parts", "command", "demo", "--deadline", "56", f"--command={command}", "--limits", "command=1"]
+    assert gpu_check(out, *argv) == 1
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    cut = re.search(r"^- `command`: cut at its 1 s limit, exit 130, (\d+) s$", summary, re.M)
+    assert cut and int(cut.group(1)) < 15 and said.read_text() == "INT", summary
+    assert re.search(r"^- `demo`: not run, \d+ s left before the deadline$", summary, re.M), summary
+    next_call = summary.split("## Next\n\n")[1].splitlines()
+    assert next_call[0] == "next call, for the parts left:" and "--resume_from" not in next_call[1]
+    assert shlex.split(next_call[1])[3:] == argv
+
+
+PARAMS = 8 * 2**20  # two params files of this size fill more than one piece of 15 MiB
+PIECE = 15 * 2**20  # the pieces' size: each under the 16 MiB of a file that comes back
+RUN_FLAGS = "--device cpu --pretrain_stages 'corpus epochs=1'"
+WAITS = "sleep 30"  # the command part's: cut at its limit
 
 
 def write(path, size, record=None):
-    """A file of `size` bytes, and its step record (steps.py's) where given."""
+    """A read-only file of `size` bytes (as a call brings it back), and its step record (steps.py's) where given."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(os.urandom(size))
+    path.chmod(0o444)
     if record is not None:
         output = path.name.removesuffix(".ckpt")
         steps = path.parent / "logs" / "steps"
         steps.mkdir(parents=True, exist_ok=True)
         (steps / f"{output}.json").write_text(json.dumps(record))
+        (steps / f"{output}.json").chmod(0o444)
 
 
-def test_the_table_packed_in_pieces_with_the_params_worth_most_and_restored(tmp_path, monkeypatch):
-    work = tmp_path / "OUT" / "table"
-    write(work / "vanilla.pretrain.params", 3000, dict(state="done", seconds=100))
-    write(work / "vanilla.finetune.params", 3000, dict(state="done", seconds=10))
-    write(work / "rope.pretrain.params.ckpt", 3000, dict(state="started", seconds=50))
-    write(work / "perceiver.pretrain.params", 3000, dict(state="started", seconds=80))  # cut
-    write(work / "vanilla.pretrain.dev.predictions", 100, dict(state="done", correct=3, total=9))
-    write(work / "logs" / "vanilla.pretrain.log", 100)
-    write(work / "run.sh", 10)
-    (work / "src").symlink_to(ROOT / "src")
-    monkeypatch.setattr(gpu_check, "PIECE", 1024)
-    pieces, carried = gpu_check.pack(work, "table", 7000)  # two large files and the small ones
-    assert carried == ["vanilla.pretrain.params", "rope.pretrain.params.ckpt"]
-    assert len(pieces) > 1 and all((work.parent / p).stat().st_size <= 1024 for p in pieces)
-    carry = tmp_path / "carried"  # as the pieces come back: read-only
-    carry.mkdir()
-    for piece in pieces:
-        (carry / piece).write_bytes((work.parent / piece).read_bytes())
-        (carry / piece).chmod(0o444)
-    again = tmp_path / "again"
-    gpu_check.restore(carry, again)
-    checkpoint = "rope.pretrain.params.ckpt"
-    assert (again / checkpoint).read_bytes() == (work / checkpoint).read_bytes()
-    assert not (again / "vanilla.finetune.params").exists() and not (again / "run.sh").exists()
-    assert not (again / "src").exists() and (again / "logs" / "vanilla.pretrain.log").exists()
+def packed(out):
+    """The table packed in OUT's pieces: {member name: (its mode, its bytes)}."""
+    pieces = sorted(out.glob("table.tar*"), key=lambda path: int(path.suffix[1:]) if path.suffix[1:].isdigit() else -1)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(piece.read_bytes() for piece in pieces))) as tar:
+        return {m.name: (m.mode, tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()}
+
+
+@pytest.fixture(scope="module")
+def carried_table(tmp_path_factory):
+    """
+    A table from an earlier call, carried on through two calls from a checkout: the first restores
+    it from a read-only copy of its folder, and its table and command end unfinished (run.sh refuses
+    --jobs 0, the command is cut at 1 s); the second runs the command line the first's summary gives,
+    from the pieces it names copied into logs/gpu_table/.
+    """
+    base = tmp_path_factory.mktemp("carried")
+    earlier = base / "earlier"
+    write(earlier / "vanilla.pretrain.params", PARAMS, dict(state="done", seconds=100))
+    write(earlier / "vanilla.finetune.params", PARAMS, dict(state="done", seconds=10))
+    write(earlier / "rope.pretrain.params.ckpt", PARAMS, dict(state="started", seconds=50))
+    write(earlier / "perceiver.pretrain.params", PARAMS, dict(state="started", seconds=80))  # cut
+    write(earlier / "vanilla.pretrain.dev.predictions", 100, dict(state="done", correct=3, total=9))
+    write(earlier / "logs" / "vanilla.pretrain.log", 100)
+    checkout, first, second = base / "checkout", base / "OUT1", base / "OUT2"
+    checkout.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(checkout)  # where the next call's logs/gpu_table/ is
+        flags = ["--table_flags=--jobs 0", "--run_flags", RUN_FLAGS, "--variants", "vanilla", "--command", WAITS]
+        flags += ["--limits", "command=1", "--carry_mib", 20]  # room for the two large files worth most, not a third
+        first_code = gpu_check(first, "--parts", "table", "command", "--resume_from", earlier, *flags)
+        next_call = (first / "summary.md").read_text(encoding="utf-8").split("## Next\n\n")[1].splitlines()[:2]
+        pieces = re.search(r"copy (.*) \(from OUT\) into logs/gpu_table/", next_call[0]).group(1).split()
+        (checkout / "logs" / "gpu_table").mkdir(parents=True)
+        for piece in pieces:  # as the pieces come back: read-only
+            (checkout / "logs" / "gpu_table" / piece).write_bytes((first / piece).read_bytes())
+            (checkout / "logs" / "gpu_table" / piece).chmod(0o444)
+        command = shlex.split(next_call[1])
+        second_code = gpu_check(second, *command[3:])
+    summaries = [(out / "summary.md").read_text(encoding="utf-8") for out in (first, second)]
+    return types.SimpleNamespace(earlier=earlier, first=first, second=second, codes=(first_code, second_code),
+                                 summaries=summaries, next_call=next_call, pieces=pieces, command=command)  # fmt: skip
+
+
+def test_the_table_packed_in_pieces_with_the_params_worth_most_and_restored(carried_table):
+    """
+    The table restored from a read-only folder is packed with the params and checkpoints that save
+    the most seconds a byte within --carry_mib, in pieces; restored from those (read-only) pieces,
+    it is what was packed, writable again, without run.sh and src.
+    """
+    first, second = carried_table.summaries
+    carried = "every log, record and prediction, and vanilla.pretrain.params, rope.pretrain.params.ckpt."
+    assert carried in first and carried in second
+    assert len(carried_table.pieces) > 1 and all(
+        (carried_table.first / piece).stat().st_size <= PIECE for piece in carried_table.pieces
+    )
+    table = packed(carried_table.first)
+    assert "vanilla.finetune.params" not in table and "perceiver.pretrain.params" not in table
+    assert "run.sh" not in table and not any(name.split("/")[0] == "src" for name in table)
+    assert all(mode & stat.S_IWUSR for mode, _ in table.values())  # restored writable from the read-only folder
+    # the second call restored the pieces, and packed the same files again
     row = "| vanilla.pretrain.dev.predictions | done | 0 | 3 of 9 |"
-    assert row in gpu_check.records_table(again)
-    assert os.access(again / "logs" / "steps" / "vanilla.pretrain.params.json", os.W_OK)
+    assert row in second.splitlines()
+    again = packed(carried_table.second)
+    checkpoint = "rope.pretrain.params.ckpt"
+    assert again[checkpoint][1] == (carried_table.earlier / checkpoint).read_bytes() == table[checkpoint][1]
+    assert sorted(again) == sorted(table) and "logs/vanilla.pretrain.log" in again
+    assert all(mode & stat.S_IWUSR for mode, _ in again.values())
 
 
-def test_the_next_call_resumes_the_table_with_the_same_flags(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / gpu_check.CARRY).mkdir(parents=True)
-    run_flags = "--device cpu --pretrain_stages 'corpus epochs=1'"
-    argv = ["OUT", "--parts", "table", "demo", "--run_flags", run_flags, "--variants", "vanilla"]
-    args = gpu_check.parse_args(argv)
-    lines = gpu_check.carry_lines(args, ["table", "demo"], ["table.tar.0", "table.tar.1"])
-    assert "copy table.tar.0 table.tar.1 (from OUT) into logs/gpu_table/" in lines[0]
-    command = shlex.split(lines[1])
-    assert command[:3] == ["python", "experiments/gpu_check.py", "$OUT"]
-    again = gpu_check.parse_args(command[2:])
-    assert again.resume_from == gpu_check.CARRY and again.parts == ["table", "demo"]
-    assert again.run_flags == run_flags and again.table_flags == "--precision tf32"
-    assert again.variants == ["vanilla"]
-    assert gpu_check.carry_lines(args, [], []) == ["every part finished"]
-    assert "--resume_from" not in " ".join(gpu_check.carry_lines(args, ["demo"], []))
+def test_the_next_call_resumes_the_table_with_the_same_flags(carried_table, tmp_path):
+    """
+    The summary's next call copies the table's pieces into logs/gpu_table/ and runs the same parts
+    with the same flags from there; a call whose parts all finished needs no next one.
+    """
+    first_code, second_code = carried_table.codes
+    assert first_code == second_code == 1  # the table and the command unfinished
+    pieces = " ".join(carried_table.pieces)
+    assert f"copy {pieces} (from OUT) into logs/gpu_table/" in carried_table.next_call[0]
+    assert carried_table.command[:3] == ["python", "experiments/gpu_check.py", "$OUT"]
+    second = carried_table.summaries[1]
+    assert "parts: table command; deadline 480 s" in second
+    flags = f"--jobs 0 {RUN_FLAGS} --variants vanilla"
+    assert f"## `./run.sh {flags}` in OUT/table, resumed from logs/gpu_table" in second
+    assert f"## `{WAITS}`\n- `command`: cut at its 1 s limit" in second
+    # a command that ends at once, with exit status 0
+    assert gpu_check(tmp_path / "OUT", "--parts", "command", "--command", "true") == 0
+    assert "## Next\n\nevery part finished\n" in (tmp_path / "OUT" / "summary.md").read_text(encoding="utf-8")

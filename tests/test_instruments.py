@@ -3,28 +3,26 @@ The instruments on small trained models: confidence per answer (the details file
 next-character view, held-out perplexity, and GPT-1's auxiliary language-model loss.
 """
 
+import ast
 import dataclasses
 import json
 import math
 import random
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import confidence
-import next_chars
 import pipeline
-import text_loss
-from batching import forward_passes, rank_rows
 from config import Recipe
+from conftest import run_script
 from dataset import MASK_CHAR, NameDataset
 from decoding import greedy_completions
 from errors import RunError
 from inputs import held_out_split, load_corpus
 from model import GPT, variant_config
-from next_chars import next_character_choices
-from objective import Objective, question_lm_targets
+from objective import Objective, forward_passes, question_lm_targets, rank_rows
 from run_config import RunConfig
 from trainer import Trainer, TrainerConfig
 from world import build_world
@@ -116,31 +114,45 @@ def test_the_details_file_agrees_with_the_predictions_and_a_direct_forward(train
         assert row["min_prob"] == pytest.approx(math.exp(min(direct)), rel=1e-3)
 
 
-def test_the_confidence_summary_ranks_answers_by_log_probability():
+def confidence_summary(capsys, path, rows):
+    """What `confidence.py --summarise` prints for a details file of these (log-probability, right) rows."""
+    path.write_text("".join(json.dumps(dict(logprob=p, correct=c)) + "\n" for p, c in rows), encoding="utf-8")
+    capsys.readouterr()
+    assert run_script("confidence", "--summarise", path) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_confidence_summary_ranks_answers_by_log_probability(tmp_path, capsys):
+    """confidence.py --summarise on a details file: the answers ranked by log-probability, not by the file's order."""
     rows = [(-0.1, True), (-0.2, True), (-0.5, False), (-1.0, True), (-2.0, False), (-3.0, False)]
-    assert confidence.coverage_curve(rows)[:3] == [(1 / 6, 1.0), (2 / 6, 1.0), (3 / 6, 2 / 3)]
-    assert confidence.area_under_coverage(rows) == pytest.approx((1 + 1 + 2 / 3 + 3 / 4 + 3 / 5 + 3 / 6) / 6)
-    assert confidence.auroc(rows) == pytest.approx(8 / 9)  # the right answers beat 3, 3 and 2 of the 3 wrong ones
-    assert confidence.auroc([(-1.0, True), (-1.0, False)]) == 0.5
-    groups = confidence.quintiles(rows * 5)
-    assert sum(answers for _, _, answers, _ in groups) == 30 and groups[0][1] == -0.1
+    shuffled = [rows[i] for i in (4, 1, 5, 3, 0, 2)]
+    said = confidence_summary(capsys, tmp_path / "six.details", shuffled)
+    assert said[0] == "6 answers, 3 right (50.0%)"
+    # the accuracy of the k most confident, k = 1..6: 1, 1, 2/3, 3/4, 3/5, 3/6, averaged
+    area = (1 + 1 + 2 / 3 + 3 / 4 + 3 / 5 + 3 / 6) / 6
+    assert f"area under the accuracy-coverage curve: {area:.3f}" in said
+    assert f"AUROC (right vs wrong by log-probability): {8 / 9:.3f}" in said  # right beat 3, 3 and 2 of 3 wrong
+    tie = confidence_summary(capsys, tmp_path / "tie.details", [(-1.0, True), (-1.0, False)])
+    assert "AUROC (right vs wrong by log-probability): 0.500" in tie
+    groups = confidence_summary(capsys, tmp_path / "thirty.details", shuffled * 5)
+    assert groups[1] == "confidence quintile | log-probability | right"
+    quintiles = [re.fullmatch(r"\d \| (\S+) to (\S+) \| (\d+) of (\d+) \(.*\)", line) for line in groups[2:7]]
+    assert sum(int(q.group(4)) for q in quintiles) == 30 and float(quintiles[0].group(2)) == -0.1
+    assert [q.group(3) for q in quintiles] == ["6", "4", "3", "2", "0"]  # most confident first
 
 
 def test_confidence_py_writes_details_and_prints_the_summary(trained, tmp_path, capsys):
     details = tmp_path / "dev.details.jsonl"
-    code = confidence.main(
-        ["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "ft.params"),
-         "--eval_corpus_path", str(trained / "birth_dev.tsv"), "--details_path", str(details), "--device", "cpu"]
-    )  # fmt: skip
+    answering = ["vanilla", trained / "wiki.txt", "--reading_params_path", trained / "ft.params", "--eval_corpus_path",
+                 trained / "birth_dev.tsv", "--details_path", details, "--device", "cpu"]  # fmt: skip
+    capsys.readouterr()
+    code = run_script("confidence", *answering)
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("Correct: ") and "AUROC" in out
     assert len(details.read_text(encoding="utf-8").splitlines()) == 30
-    assert confidence.main(["--summarise", str(details)]) == 0
+    assert run_script("confidence", "--summarise", details) == 0
     assert capsys.readouterr().out == out.split("\n", 1)[1]
-    pretrained = ["--pretrained_params", str(trained / "pre.params")]
-    assert confidence.main(["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "ft.params"),
-                            "--eval_corpus_path", str(trained / "birth_dev.tsv"), "--details_path", str(details),
-                            "--device", "cpu", *pretrained]) == 0  # fmt: skip
+    assert run_script("confidence", *answering, "--pretrained_params", trained / "pre.params") == 0
     table = capsys.readouterr().out.split("the pretrained model, continuing the biography")[1].splitlines()[1:]
     assert table and sum(int(line.split(" | ")[1]) for line in table) == 30  # every dev person in one row
     right = sum(int(line.split(" | ")[2].split()[0]) for line in table)
@@ -150,25 +162,41 @@ def test_confidence_py_writes_details_and_prints_the_summary(trained, tmp_path, 
 # ---------------------------------------------------------------------------- the next characters
 
 
+def printed_choices(line):
+    """A line of next_chars.py's view: [(character, probability)], the written character first, then the others."""
+    written, probability, others = line.split(" | ", 2)  # a character's repr holds no " | "
+    shown = re.findall(r"""('(?:\\.|[^'\\])+'|"[^"]+") (\d\.\d+)""", others)
+    return [(ast.literal_eval(written), float(probability))] + [(ast.literal_eval(c), float(p)) for c, p in shown]
+
+
 def test_the_next_character_view_follows_the_greedy_answer(trained, capsys):
+    """
+    next_chars.py --question: the greedy answer, and for each character it writes the 5 likeliest
+    (the written one first), with the probabilities a forward pass of the text so far gives.
+    """
     model, corpus = load(trained, "ft.params")
     question = (trained / "birth_dev.tsv").read_text(encoding="utf-8").split("\t")[0]
-    choices = next_character_choices(model, question + MASK_CHAR, corpus, "cpu", 32, 5, MASK_CHAR)
-    greedy = greedy_completions(model, [question + MASK_CHAR], corpus, "cpu", 32, MASK_CHAR)[0]
-    written = "".join(char for char, _ in choices)
-    assert greedy.startswith(written) and written.endswith(MASK_CHAR)
-    first = direct_softmax(model, corpus, question + MASK_CHAR)
-    for char, alternatives in choices:
+    capsys.readouterr()
+    assert run_script("next_chars", "vanilla", trained / "wiki.txt", "--reading_params_path", trained / "ft.params",
+                      "--question", question, "--device", "cpu", "--decimals", 7) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    prompt = question + MASK_CHAR
+    assert lines[0].startswith(prompt) and lines[1] == "character | probability | alternatives"
+    written = lines[0][len(prompt) :]
+    greedy = greedy_completions(model, [prompt], corpus, "cpu", 32, MASK_CHAR)[0]
+    assert greedy.startswith(written) and written.endswith(MASK_CHAR) and len(lines) == 2 + len(written)
+    for i, line in enumerate(lines[2:]):
+        alternatives = printed_choices(line)
         probabilities = [p for _, p in alternatives]
-        assert alternatives[0][0] == char and len(alternatives) == 5
+        assert alternatives[0][0] == written[i] and len(alternatives) == 5
         assert sum(probabilities) <= 1 + 1e-6 and probabilities[0] >= max(probabilities[1:])
         assert probabilities[1:] == sorted(probabilities[1:], reverse=True)
-    for alternative, p in choices[0][1]:
-        assert p == pytest.approx(float(first[corpus.stoi[alternative]]), abs=1e-5)
-    assert next_chars.main(["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "ft.params"),
-                            "--question", question, "--device", "cpu"]) == 0  # fmt: skip
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == question + MASK_CHAR + written and len(lines) == 2 + len(choices)
+        direct = direct_softmax(model, corpus, prompt + written[:i])
+        for alternative, p in alternatives:
+            assert p == pytest.approx(float(direct[corpus.stoi[alternative]]), abs=1e-5)
+        shown = {corpus.stoi[alternative] for alternative, _ in alternatives}
+        left_out = [float(q) for j, q in enumerate(direct) if j not in shown]
+        assert max(left_out) <= min(probabilities) + 1e-5  # the likeliest five are the ones shown
 
 
 def direct_softmax(model, corpus, prompt):
@@ -186,19 +214,26 @@ def shuffled_lines(text, seed=0):
 
 
 def test_a_model_predicts_its_own_text_better_than_the_same_characters_shuffled(trained, tmp_path, capsys):
+    """text_loss.py: the loss a target character of the pretraining text, against its lines' characters shuffled."""
     shuffled = tmp_path / "shuffled.txt"
     shuffled.write_text(shuffled_lines((trained / "wiki.txt").read_text(encoding="utf-8")), encoding="utf-8")
-    evaluate = cfg("evaluate", trained, reading_params_path=str(trained / "pre.params"))
-    own, own_targets, documents = text_loss.text_loss(evaluate, str(trained / "wiki.txt"))
-    other, other_targets, _ = text_loss.text_loss(evaluate, str(shuffled))
-    assert own / own_targets < other / other_targets - 0.5
+
+    def scored(text_path):
+        """(nats a target character, target characters, documents) that text_loss.py prints for the text."""
+        capsys.readouterr()
+        assert run_script("text_loss", "vanilla", trained / "wiki.txt", "--reading_params_path",
+                          trained / "pre.params", "--text_path", text_path, "--device", "cpu") == 0  # fmt: skip
+        said = capsys.readouterr().out.strip()
+        found = re.fullmatch(r".*: loss (\S+) nats, \S+ bits per character \((\d+) target characters of (\d+) "
+                             r"documents, seed 0\)", said)  # fmt: skip
+        assert found, said
+        return float(found.group(1)), int(found.group(2)), int(found.group(3))
+
+    own, own_targets, documents = scored(trained / "wiki.txt")
+    other, _, _ = scored(shuffled)
+    assert own < other - 0.5
     assert documents == len((trained / "wiki.txt").read_text(encoding="utf-8").splitlines())
-    again, _, _ = text_loss.text_loss(evaluate, str(trained / "wiki.txt"))
-    assert again == own  # the seed fixes the span corruptions
-    args = ["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "pre.params"),
-            "--text_path", str(shuffled), "--device", "cpu"]  # fmt: skip
-    assert text_loss.main(args) == 0
-    assert "bits per character" in capsys.readouterr().out
+    assert scored(trained / "wiki.txt") == (own, own_targets, documents)  # the seed fixes the span corruptions
 
 
 def test_held_out_documents_are_left_out_of_pretraining_and_scored_every_epoch(trained, tmp_path, caplog):
@@ -295,16 +330,16 @@ def test_the_instruments_refuse_bad_input_in_one_line(trained, tmp_path, capsys)
         )  # fmt: skip
     unanswered = tmp_path / "test.details"
     unanswered.write_text(json.dumps(dict(question="Where was A born?", answer="B", logprob=-1.0)) + "\n")
-    for main, args in [
-        (confidence.main, ["--summarise", str(unanswered)]),
-        (confidence.main, ["--summarise", str(tmp_path / "missing.details")]),
-        (next_chars.main, ["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(trained / "pre.params"),
-                           "--prompt", "a" * 200]),
-        (text_loss.main, ["vanilla", str(trained / "wiki.txt"), "--reading_params_path", str(tmp_path / "none.params"),
-                          "--text_path", str(trained / "wiki.txt")]),
+    for script, args in [
+        ("confidence", ["--summarise", unanswered]),
+        ("confidence", ["--summarise", tmp_path / "missing.details"]),
+        ("next_chars", ["vanilla", trained / "wiki.txt", "--reading_params_path", trained / "pre.params",
+                        "--prompt", "a" * 200]),
+        ("text_loss", ["vanilla", trained / "wiki.txt", "--reading_params_path", tmp_path / "none.params",
+                       "--text_path", trained / "wiki.txt"]),
     ]:  # fmt: skip
         capsys.readouterr()
-        assert main(args) == 2, args
+        assert run_script(script, *args) == 2, args
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err, err
 

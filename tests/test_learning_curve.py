@@ -1,14 +1,12 @@
 """The research scripts in experiments/ on a small world: snapshots, scores, the picture, the recall probes."""
 
 import csv
+import json
 
 import pytest
 import torch
 
-import learning_curve
-import plot_curves
-import recall_probes
-from conftest import SMALL
+from conftest import SMALL, run_script
 from params import read_metadata
 
 
@@ -31,7 +29,7 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
         "2",
         *SMALL,
     ]
-    assert learning_curve.main(argv) == 0
+    assert run_script("learning_curve", *argv) == 0
     with open(out / "curve.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [int(row["epochs"]) for row in rows] == [1, 2]
@@ -58,21 +56,21 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
 
     # scoring again reuses the pretraining
     capsys.readouterr()
-    assert learning_curve.main(argv) == 0
+    assert run_script("learning_curve", *argv) == 0
     assert "scoring its snapshots without pretraining again" in capsys.readouterr().err
 
     picture = tmp_path / "docs" / "curve.png"
-    assert plot_curves.main([str(out / "curve.csv"), "--out", str(picture), "--title", "tiny"]) == 0
+    assert run_script("plot_curves", out / "curve.csv", "--out", picture, "--title", "tiny") == 0
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with_baseline = tmp_path / "docs" / "baseline.png"
     flags = ["--title", "tiny", "--baseline", "10", "--baseline_label", "most frequent place"]
-    assert plot_curves.main([str(out / "curve.csv"), "--out", str(with_baseline), *flags]) == 0
+    assert run_script("plot_curves", out / "curve.csv", "--out", with_baseline, *flags) == 0
     assert with_baseline.read_bytes() != picture.read_bytes()  # the reference line is drawn
 
     # the probes: each recalls what the curve's last row says, and the position probe moves the biography
     capsys.readouterr()
     common = ["vanilla", tiny_world["wiki.txt"], "--eval_corpus_path", tiny_world["dev.tsv"]]
-    assert recall_probes.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--positions"]) == 0
+    assert run_script("recall_probes", *common, "--reading_params_path", out / "pretrain.params", "--positions") == 0
     lines = capsys.readouterr().out.splitlines()
     last = rows[-1]
     assert lines[0].startswith(f"from the biography: recalls {last['recalled']} of 24 ")
@@ -81,10 +79,10 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
     moved = ["the biography after ' '", f"the biography after {' ' * 10!r}", "the biography after 'Where was '"]
     assert [line.split(":")[0] for line in lines[3:]] == moved
     assert all(" of 24 " in line for line in lines)
-    assert recall_probes.main([*common, "--reading_params_path", str(out / "pretrain.params"), "--prefix", ""]) == 0
+    assert run_script("recall_probes", *common, "--reading_params_path", out / "pretrain.params", "--prefix", "") == 0
     empty_prefix = capsys.readouterr().out.splitlines()[3]
     assert lines[0].split(":")[1] == empty_prefix.split(":")[1]  # nothing before the biography: the same prompts
-    assert recall_probes.main([*common, "--reading_params_path", str(out / "missing.params")]) == 2
+    assert run_script("recall_probes", *common, "--reading_params_path", out / "missing.params") == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("recall_probes.py: error: ") and err.endswith("missing.params does not exist"), err
 
@@ -95,22 +93,18 @@ def test_learning_curve_scores_a_pretraining_with_mixed_pairs(tiny_world, tmp_pa
     data = ["--finetune_corpus_path", tiny_world["train.tsv"], "--eval_corpus_path", tiny_world["dev.tsv"]]
     mixed = ["--mix_corpus_path", tiny_world["train.tsv"], "--pretrain_stages", "corpus+pairs pair_copies=2"]
     argv = ["pretrain", "vanilla", tiny_world["wiki.txt"], *data, *mixed, "--every", "1", "--out", str(out)]
-    assert learning_curve.main([*argv, "--pretrain_epochs", "1", *SMALL]) == 0
+    assert run_script("learning_curve", *argv, "--pretrain_epochs", "1", *SMALL) == 0
     with open(out / "curve.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [(row["epochs"], row["questions"]) for row in rows] == [("1", "24")]
 
 
 def test_demo_study_takes_recipe_flags_and_names_what_differs_from_the_demo(tmp_path, capsys):
-    import json
-
-    import demo_study
-
     argv = ["--split", "tune", "--world", "--n_train 30 --n_dev 20 --bios_per_person 3", "--out", str(tmp_path)]
     flags = ["--pretrain_epochs", "2", "--n_layer", "2", "--n_embd", "32", "--finetune_lora_rank", "2"]
     flags += ["--pretrain_stages", "corpus+pairs pair_copies=2", "--finetune_epochs_from_pretrained", "2"]
     flags += ["--readout", "question"]  # the demo's frames are zero-shot: the question finetunes the pretrained params
-    assert demo_study.main([*argv, *flags]) == 0
+    assert run_script("demo_study", *argv, *flags) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["recipe"] == {
         "n_layer": 2,

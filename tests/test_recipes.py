@@ -8,11 +8,9 @@ import pytest
 import torch
 
 import arguments
-import hooks
 import pipeline
-import probed_pretraining
 from config import BLOCK_SIZE, HANDOUT, RECIPES, Stage, parse_stages
-from conftest import CPU_FLAGS, RUNS_DIR, SMALL, evaluate_args, pretrain_args
+from conftest import CPU_FLAGS, RUNS_DIR, SMALL, evaluate_args, pretrain_args, run_script
 from conftest import run_main as main
 from params import read_metadata
 from trainer import Trainer
@@ -37,10 +35,10 @@ class RecordingTrainer(Trainer):
 
     made = []
 
-    def __init__(self, model, train_dataset, test_dataset, config):
+    def __init__(self, model, train_dataset, test_dataset, config, *hooks_and_checkpoints):
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        RecordingTrainer.made.append((config, train_dataset, start))
-        super().__init__(model, train_dataset, test_dataset, config)
+        RecordingTrainer.made.append((config, train_dataset, start, hooks_and_checkpoints[-1]))
+        super().__init__(model, train_dataset, test_dataset, config, *hooks_and_checkpoints)
 
 
 def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tmp_path, monkeypatch, caplog):
@@ -74,10 +72,7 @@ def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tm
     monkeypatch.setattr(RecordingTrainer, "made", [])
     kept = tmp_path / "kept" / "p.params"
     flags = ["--save_every", 2, "--tb_expt_name", "two_stages", "--keep_checkpoint"]
-    assert (
-        probed_pretraining.main([str(x) for x in [*pretrain_args("vanilla", wiki, kept), *cpu_run, *stages, *flags]])
-        == 0
-    )
+    assert run_script("probed_pretraining", *pretrain_args("vanilla", wiki, kept), *cpu_run, *stages, *flags) == 0
     assert sorted(os.listdir(kept.parent)) == [
         "p.params",
         "p.params.ckpt",
@@ -87,22 +82,21 @@ def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tm
         "p.params.epoch4.json",
         "p.params.json",
     ]
-    (first, first_data, _), (closing, closing_data, closing_start) = RecordingTrainer.made
+    (first, first_data, _, first_kept), (closing, closing_data, closing_start, kept_then) = RecordingTrainer.made
     assert all(torch.equal(closing_start[k], fresh[k]) for k in fresh)  # the first stage's params, carried in memory
     assert (first.learning_rate, first_data.max_shift, first.max_epochs) == (cpu.pretrain_lr, 0, 2)
     assert first.final_tokens == cpu.decay_epochs * len(first_data) * BLOCK_SIZE
     assert (closing.learning_rate, closing_data.max_shift, closing.max_epochs) == (second.lr, second.max_shift, 2)
     assert closing.final_tokens == 2 * len(closing_data) * BLOCK_SIZE
-    assert (first.run_identity["stage"], closing.run_identity["stage"]) == (1, 2)
+    assert (first_kept.identity["stage"], kept_then.identity["stage"]) == (1, 2)
     ckpt = torch.load(f"{kept}.ckpt", weights_only=True)
-    assert ckpt["run_identity"] == closing.run_identity and ckpt["epoch"] == 2
+    assert ckpt["run_identity"] == kept_then.identity and ckpt["epoch"] == 2
     assert ckpt["run_identity"]["pretrain_stages"] == f"corpus+pairs; {second}"
     assert all(torch.equal(ckpt["model"][k], a[k]) for k in a)
     logs = os.listdir(RUNS_DIR / "expt" / "pretrain")  # TensorBoard's: a folder per stage
     assert any(name.startswith("two_stages_vanilla_") for name in logs)
     assert any(name.startswith("two_stages_stage2_vanilla_") for name in logs)
-    # snapshots beside the params, their epochs and seconds counted on from the first stage's
-    assert hooks.snapshots(str(kept)) == [(2, f"{kept}.epoch2"), (4, f"{kept}.epoch4")]
+    # the snapshots beside the params (listed above), their epochs and seconds counted on from the first stage's
     early, late = read_metadata(f"{kept}.epoch2"), read_metadata(f"{kept}.epoch4")
     assert (early["epochs"], late["epochs"]) == (2, 4) and early["training_seconds"] <= late["training_seconds"]
     assert all(torch.equal(t, fresh[k]) for k, t in torch.load(f"{kept}.epoch2", weights_only=True).items())
@@ -198,7 +192,7 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
         *(["--corrupt_by_epoch"] if corrupt_by_epoch else []),
     ]
     capsys.readouterr()
-    assert probed_pretraining.main([str(a) for a in argv]) == 0
+    assert run_script("probed_pretraining", *argv) == 0
     err = capsys.readouterr().err
     reports = [line for line in err.replace("\r", "\n").splitlines() if "birthplaces of" in line]
     assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2", "epoch 3"]  # the second stage's epoch 3
@@ -222,9 +216,9 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
     configs = []
 
     class RecordingTrainer(Trainer):
-        def __init__(self, model, train_dataset, test_dataset, config):
+        def __init__(self, model, train_dataset, test_dataset, config, *hooks_and_checkpoints):
             configs.append(config)
-            super().__init__(model, train_dataset, test_dataset, config)
+            super().__init__(model, train_dataset, test_dataset, config, *hooks_and_checkpoints)
 
     monkeypatch.setattr(pipeline, "Trainer", RecordingTrainer)
     wiki, train = tiny_world["wiki.txt"], tiny_world["train.tsv"]
@@ -246,7 +240,7 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
         60,
         *SMALL,
     ]
-    assert probed_pretraining.main([str(a) for a in argv]) == 0
+    assert run_script("probed_pretraining", *argv) == 0
     probe = capsys.readouterr().err.replace("\r", "\n")
     probe_answered = int(re.search(r"epoch 60: .* answers (\d+) of its 60 questions", probe).group(1))
     checkpoint = torch.load(f"{params}.ckpt", weights_only=True)

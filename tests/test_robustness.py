@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 
 import checkpoint
 import pipeline
+from checkpoint import Checkpoints
 from config import HANDOUT, parse_stages
 from conftest import (
     ROOT,
@@ -38,7 +39,8 @@ from dataset import CharCorruptionDataset, NameDataset
 from errors import RunError
 from params import read_metadata
 from run_config import RunConfig
-from trainer import Trainer, TrainerConfig, TrainingInterrupted
+from signals import TrainingInterrupted
+from trainer import Trainer, TrainerConfig
 
 # --- checkpoints and resume ------------------------------------------------------------------------------
 
@@ -339,10 +341,9 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tiny_world,
         batch_size=16,
         learning_rate=1e-3,
         ckpt_path=str(params),
-        checkpoint_path=str(checkpoint),
         device="cpu",
     )
-    trainer = Trainer(model, pre, None, config)
+    trainer = Trainer(model, pre, None, config, checkpoints=Checkpoints(str(checkpoint)))
     with pytest.raises(RunError, match=r"not finite at step 6 \(learning rate 0.001\)"):
         trainer.train()
     assert len(forwards) == 8 and trainer.step == 8, "it stops at the epoch's end, the first check after step 6"
@@ -407,14 +408,13 @@ def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path, corrupt_by_
             lr_decay=True,
             warmup_tokens=100,
             final_tokens=20000,
-            checkpoint_path=str(tmp_path / "c.ckpt"),
-            checkpoint_minutes=1e-9,
-            resume_from=checkpoint.read(str(tmp_path / "c.ckpt")) if resume else None,
             data_seed=5,
             device="cpu",
             corrupt_by_epoch=corrupt_by_epoch,
         )
-        return Trainer(model, dataset, None, config)
+        path = str(tmp_path / "c.ckpt")
+        saved = checkpoint.read(path) if resume else None
+        return Trainer(model, dataset, None, config, checkpoints=Checkpoints(path, minutes=1e-9, resume_from=saved))
 
     random.seed(1)
     whole = trainer(3, False)
@@ -550,11 +550,9 @@ def checkpoint_on_ranks(rank, wiki, folder):
     try:
         dataset = CharCorruptionDataset(wiki, 64)
         model = small_gpt(dataset.vocab_size, 64, seed=0, n_layer=1)
-        config = TrainerConfig(
-            max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2,
-            checkpoint_path=str(folder / "c.ckpt"), checkpoint_minutes=1e-9,
-        )  # fmt: skip
-        trainer = Trainer(model, dataset, None, config)
+        config = TrainerConfig(max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2)
+        kept = Checkpoints(str(folder / "c.ckpt"), minutes=1e-9)
+        trainer = Trainer(model, dataset, None, config, checkpoints=kept)
         saves = checkpoint_steps(trainer)
         trainer.train()
     finally:

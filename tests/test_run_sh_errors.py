@@ -28,7 +28,9 @@ def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(t
     with subprocess.Popen(command, cwd=folder, env=environment, start_new_session=True, stderr=subprocess.PIPE,
                           text=True) as process:  # fmt: skip
         try:
-            wait_for(lambda: (folder / "vanilla.pretrain.params.ckpt").exists(), process)
+            # both rows in their training loops, each past its first checkpoint
+            checkpoints = [folder / f"vanilla.{name}.params.ckpt" for name in ("pretrain", "model")]
+            wait_for(lambda: all(checkpoint.exists() for checkpoint in checkpoints), process)
             process.send_signal(signal.SIGINT)
             said = process.communicate(timeout=DEADLINE)[1]
         finally:

@@ -9,9 +9,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from benchmark import HOST_READS, DispatchCount
+import checkpoint
 from config import HANDOUT
 from dataset import CharCorruptionDataset, NameDataset
+from dispatches import HOST_READS, DispatchCount
 from errors import RunError
 from model import GPT, GPTConfig, variant_config
 from optimisation import parameter_groups
@@ -250,7 +251,7 @@ def test_with_fixed_shapes_the_host_reads_nothing_between_logging_steps(names, f
     batch_size = len(ds) // 5 + 1
     settings = dict(device="cpu", fixed_shapes=fixed_shapes, precision=precision)
     trainer = Trainer(model, ds, None, TrainerConfig(max_epochs=2, batch_size=batch_size, log_every=3, **settings))
-    assert len(trainer.batches) == 5 and trainer.precision.scaler.is_enabled() == (precision == "fp16")
+    assert len(trainer.batches) == 5 and trainer.scaler.is_enabled() == (precision == "fp16")
     with HostReadSteps(trainer) as reads:
         trainer.train()
     waited = set(reads.steps)
@@ -314,6 +315,16 @@ def test_a_new_recipe_field_reaches_the_trainer_and_the_checkpoint(tiny_world, t
     assert torch.load(params + ".ckpt", weights_only=True)["run_identity"]["new_setting"] == 9
 
 
+def test_trainer_config_declares_every_recipe_field_the_trainer_reads_with_the_handouts_value():
+    """A reader of TrainerConfig sees every setting the Trainer reads; the course's own keep the course's defaults."""
+    read_by_trainer = [f for f in dataclasses.fields(HANDOUT) if f.metadata["trainer"]]
+    course = {"weight_decay": 0.1, "warmup_tokens": 375e6}
+    assert read_by_trainer and {f.name for f in read_by_trainer} >= set(course)
+    for f in read_by_trainer:
+        assert f.name in vars(TrainerConfig), f.name
+        assert getattr(TrainerConfig, f.name) == course.get(f.name, f.default), f.name
+
+
 def test_a_trainer_goes_on_from_another_trainers_state_dict():
     """Two epochs, or one and then one more by a fresh Trainer given the first one's state_dict: the same params."""
     corpus = CharCorruptionDataset(build_world(n_train=40, n_dev=5, n_test=5)["wiki.txt"], 128)
@@ -328,9 +339,9 @@ def test_a_trainer_goes_on_from_another_trainers_state_dict():
     whole.train()
     first = trainer(1)
     first.train()
-    state = first.state_dict()  # the random generators as they are now, before the next model draws from them
+    state = checkpoint.trainer_state(first)  # the random generators as they are now, before the next model draws
     second = trainer(2, seed=1)
-    second.load_state_dict(state)
+    checkpoint.restore(second, state)
     second.train()
     assert second.step == whole.step and second.epoch_losses == whole.epoch_losses
     for name, value in whole.model.state_dict().items():
