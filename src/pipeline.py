@@ -219,29 +219,19 @@ def checkpoints(cfg, device, identity, metadata, saved):
 
 
 def train(
-    cfg,
-    setup,
-    dataset,
-    device,
-    hooks,
-    stage,
-    pretraining,
-    decay_examples,
-    number=1,
-    saved=None,
-    epochs_before=0,
-    seconds_before=0.0,
+    cfg, setup, dataset, device, hooks, stage, pretraining, number=1, saved=None, before=(0, 0.0)
 ):
     """
     Train the setup's model on the dataset as stage `number` says, going on from the `saved`
-    checkpoint if given. Returns the epochs and seconds trained, counted on from the stages before:
-    where the next goes on.
+    checkpoint if given. Returns the epochs and seconds trained, counted on from those `before` it:
+    where the next stage goes on.
     """
     rank, world_size = rank_and_world_size()
     if world_size > 1:  # every rank draws the same data (seeded with the model) but its own dropout
         torch.manual_seed(cfg.seed + 1 + rank)
     writer = TensorBoardLog(cfg, f"_stage{number}" if number > 1 else "") if rank == 0 else None
     metadata = params_metadata(cfg, setup.corpus)
+    epochs_before, seconds_before = before
     stage_start = EpochEnd(
         epochs_before,
         setup.model,
@@ -254,6 +244,8 @@ def train(
     )
     epoch_hooks = EpochHooks(hooks, stage_start)
     identity = run_identity(cfg, dataset, setup.corpus.vocab_size, number)
+    # finetuning's decay_epochs count epochs of the pretraining corpus, as in the course's code
+    decay_examples = len(dataset) if pretraining else len(setup.corpus)
     config = trainer_config(cfg, device, stage, pretraining, decay_examples)
     kept = checkpoints(cfg, device, identity, metadata, saved)
     try:
@@ -314,18 +306,7 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
             dataset, hooks = stage_data(cfg, setup.corpus, stage, on_epoch_end)
             resumed = saved if number == first else None
             epochs, seconds = train(
-                cfg,
-                setup,
-                dataset,
-                device,
-                hooks,
-                stage,
-                True,
-                len(dataset),
-                number,
-                resumed,
-                epochs,
-                seconds,
+                cfg, setup, dataset, device, hooks, stage, True, number, resumed, (epochs, seconds)
             )
             state = setup.model.state_dict()
         write_params(cfg, setup)
@@ -347,10 +328,8 @@ def finetune(cfg: RunConfig, on_epoch_end: Sequence[Hook] = (), examples=None):
         dataset = examples(setup.corpus, dataset.data) if examples else dataset
         if pretrained and r.finetune_lora_rank:
             adapters.add(setup.model, r.finetune_lora_rank)
-        # decay_epochs count epochs of the pretraining corpus, as in the course's code
-        stage, decay_examples = r.finetuning(pretrained), len(setup.corpus)
-        saved = saved_checkpoint(cfg)
-        train(cfg, setup, dataset, device, on_epoch_end, stage, False, decay_examples, saved=saved)
+        stage, saved = r.finetuning(pretrained), saved_checkpoint(cfg)
+        train(cfg, setup, dataset, device, on_epoch_end, stage, False, saved=saved)
         adapters.merge(setup.model)
         write_params(cfg, setup)
 

@@ -234,7 +234,8 @@ class Trainer:
     def gradient_step(self, x, y):
         """
         Forward, loss and backward over this rank's passes of the batch, then clipping and AdamW;
-        returns this rank's part of the loss. Nothing here reads back from the device.
+        returns this rank's part of the loss. Cut batches come on the host, where their passes are
+        planned, so nothing here waits for the device.
         """
         totals = [to_device(self.device, n) for n in self.objective.counts(x, y)]
         x, y, counted = rank_rows(x, y, self.rank, self.world_size)
