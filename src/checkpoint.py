@@ -85,8 +85,8 @@ class Checkpoints:
     path: str
     identity: Optional[dict] = None  # saved in each; going on from another run's is refused
     metadata: Optional[dict] = None  # what the model is, saved as it is
-    minutes: Optional[float] = None  # also write one every this many minutes within an epoch
-    every_epoch: bool = True  # after every epoch (False: after the last, and when minutes are due)
+    checkpoint_minutes: Optional[float] = None  # also one every this many minutes in an epoch
+    checkpoint_every_epoch: bool = True  # False: after the last epoch, and when minutes are due
     resume_from: Optional[dict] = None  # a checkpoint as read() returns it
 
     def __post_init__(self):
@@ -100,12 +100,12 @@ class Checkpoints:
 
     def due(self, device, world_size, logged):
         """
-        Whether `minutes` have passed since the last checkpoint. Under torchrun the ranks decide
-        together, after a step whose loss is read back, because their clocks differ.
+        Whether `checkpoint_minutes` have passed since the last checkpoint. Under torchrun the ranks
+        decide together, after a step whose loss is read back, because their clocks differ.
         """
-        if not self.minutes or (world_size > 1 and not logged):
+        if not self.checkpoint_minutes or (world_size > 1 and not logged):
             return False
-        due = time.monotonic() - self.last_save >= 60 * self.minutes
+        due = time.monotonic() - self.last_save >= 60 * self.checkpoint_minutes
         if world_size == 1:  # no device round trip: a CUDA step must not wait for the GPU
             return due
         return bool(over_ranks(torch.tensor(int(due), device=device), dist.ReduceOp.MAX))

@@ -212,8 +212,8 @@ def checkpoints(cfg, device, identity, metadata, saved):
         cfg.writing_params_path + ".ckpt",
         identity,
         metadata,
-        minutes=cfg.checkpoint_minutes or (CUDA_CHECKPOINT_MINUTES if cuda else None),
-        every_epoch=not cuda,
+        checkpoint_minutes=cfg.checkpoint_minutes or (CUDA_CHECKPOINT_MINUTES if cuda else None),
+        checkpoint_every_epoch=not cuda,
         resume_from=saved,
     )
 

@@ -202,7 +202,7 @@ class Trainer:
         self.tally.new_epoch()
         self.epoch_random_state = random.getstate()
         if self.checkpoints is not None and (
-            self.checkpoints.every_epoch
+            self.checkpoints.checkpoint_every_epoch
             or self.epoch == c.max_epochs
             or self.checkpoint_due(logged=True)
         ):
@@ -260,7 +260,7 @@ class Trainer:
         return loss
 
     def checkpoint_due(self, logged):
-        """Whether the checkpoints' minutes have passed (checkpoint.Checkpoints.due)."""
+        """Whether the checkpoint_minutes have passed (checkpoint.Checkpoints.due)."""
         if self.checkpoints is None:
             return False
         return self.checkpoints.due(self.device, self.world_size, logged)

@@ -121,16 +121,17 @@ def test_on_cuda_the_checkpoint_comes_every_few_minutes_and_at_the_end_not_every
     cfg = dataclasses.replace(CFG, writing_params_path=str(tmp_path / "p.params"))
     cuda = pipeline.checkpoints(cfg, torch.device("cuda"), {}, {}, None)
     assert cuda.path == cfg.writing_params_path + ".ckpt"
-    assert (cuda.every_epoch, cuda.minutes) == (False, CUDA_CHECKPOINT_MINUTES)
+    assert (cuda.checkpoint_every_epoch, cuda.checkpoint_minutes) == (False, CUDA_CHECKPOINT_MINUTES)
     asked = pipeline.checkpoints(dataclasses.replace(cfg, checkpoint_minutes=5), torch.device("cuda"), {}, {}, None)
-    assert asked.minutes == 5
+    assert asked.checkpoint_minutes == 5
     cpu = pipeline.checkpoints(cfg, torch.device("cpu"), {}, {}, None)
-    assert (cpu.every_epoch, cpu.minutes) == (True, None)
+    assert (cpu.checkpoint_every_epoch, cpu.checkpoint_minutes) == (True, None)
 
     corpus = corpus_of(tiny_world["wiki.txt"], 32)
     for every_epoch, expected in [(True, [11, 22, 33]), (False, [33])]:  # 84 biographies, batch 8
         config = TrainerConfig(max_epochs=3, batch_size=8, device="cpu")
-        kept = checkpoint.Checkpoints(str(tmp_path / "c.ckpt"), minutes=1000, every_epoch=every_epoch)
+        path = str(tmp_path / "c.ckpt")
+        kept = checkpoint.Checkpoints(path, checkpoint_minutes=1000, checkpoint_every_epoch=every_epoch)
         trainer = Trainer(small_gpt(corpus.vocab_size, 32, n_layer=1), corpus, None, config, checkpoints=kept)
         saves = checkpoint_steps(trainer)
         trainer.train()

@@ -60,7 +60,7 @@ def test_workers_with_pinned_memory_resume_exactly_on_cuda(data, tmp_path):
     whole = Trainer(small_model(pre.vocab_size), pre, None, TrainerConfig(**settings))
     whole.train()
 
-    every_step = checkpoint.Checkpoints(path, minutes=1e-9)
+    every_step = checkpoint.Checkpoints(path, checkpoint_minutes=1e-9)
     first = Trainer(small_model(pre.vocab_size), pre, None, TrainerConfig(**settings), checkpoints=every_step)
     save = first.save_checkpoint
 

@@ -414,7 +414,8 @@ def test_trainer_resumes_mid_epoch_bit_for_bit(tiny_world, tmp_path, corrupt_by_
         )
         path = str(tmp_path / "c.ckpt")
         saved = checkpoint.read(path) if resume else None
-        return Trainer(model, dataset, None, config, checkpoints=Checkpoints(path, minutes=1e-9, resume_from=saved))
+        kept = Checkpoints(path, checkpoint_minutes=1e-9, resume_from=saved)
+        return Trainer(model, dataset, None, config, checkpoints=kept)
 
     random.seed(1)
     whole = trainer(3, False)
@@ -551,7 +552,7 @@ def checkpoint_on_ranks(rank, wiki, folder):
         dataset = CharCorruptionDataset(wiki, 64)
         model = small_gpt(dataset.vocab_size, 64, seed=0, n_layer=1)
         config = TrainerConfig(max_epochs=2, batch_size=8, data_seed=3, device="cpu", log_every=2)
-        kept = Checkpoints(str(folder / "c.ckpt"), minutes=1e-9)
+        kept = Checkpoints(str(folder / "c.ckpt"), checkpoint_minutes=1e-9)
         trainer = Trainer(model, dataset, None, config, checkpoints=kept)
         saves = checkpoint_steps(trainer)
         trainer.train()
