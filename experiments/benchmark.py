@@ -156,10 +156,12 @@ def compare_processes(variant, args):
     """
     Rows of (what, straightforward, fast, unit, lower is better) for whole run.py processes:
     one epoch of pretraining, one of finetuning from its params, and answering the dev
-    questions, with --full_padding --captured_step off --sequential_decoding (the course's loops) and without.
+    questions, with --full_padding --captured_step off --sequential_decoding (the course's loops) and without,
+    each of the handout's model or the sizes given.
     """
     folder, work = args.data, Path(tempfile.mkdtemp(prefix="benchmark_"))
-    corpus = [variant, str(folder / "wiki.txt"), "--device", args.device, "--seed", "0"]
+    sizes = [text for name, value in args.sizes.items() for text in (f"--{name}", str(value))]
+    corpus = [variant, str(folder / "wiki.txt"), "--device", args.device, "--seed", "0", *sizes]
     seconds = {}
     for fast in (False, True):
         ways = [] if fast else ["--full_padding", "--captured_step", "off", "--sequential_decoding"]
@@ -528,14 +530,15 @@ def main(argv=None):
         "--whole_process",
         action="store_true",
         help="compare whole run.py processes (start-up, imports and data included) instead: one pretraining epoch, "
-        "one finetuning epoch, the dev questions; with --full_padding --sequential_decoding and without",
+        "one finetuning epoch, the dev questions; with --full_padding --sequential_decoding and without; "
+        "of the handout's model, or of the sizes given (--n_layer, --n_head, --n_embd, --bottleneck_dim)",
     )
     add_recipe_flags(parser)  # run.py's recipe flags: the fast way's settings (e.g. --precision bf16 --compile)
     args = parser.parse_args(argv)
     args.fast_recipe, given = given_recipe(parser, args, HANDOUT)
-    if given and args.whole_process:
-        parser.error("recipe flags set the in-process fast way; --whole_process compares run.py's defaults")
     args.sizes = {name: given.pop(name) for name in SIZES if name in given}  # the model's, not the fast way's
+    if given and args.whole_process:
+        parser.error("recipe flags set the in-process fast way; --whole_process takes the model's sizes alone")
     if args.peak_of:
         for name in args.peak_of:
             tflops = peak_tflops_of(name)

@@ -115,8 +115,12 @@ def test_benchmark_reports_the_pace_of_the_handout_pretraining(tiny_world, tmp_p
 
 @pytest.mark.slow
 def test_benchmark_compares_whole_processes(tiny_world, tmp_path, capsys):
-    """--whole_process: run.py processes timed from start to exit (benchmark.py starts them; it runs here)."""
-    rows = benchmark_rows(tiny_world, tmp_path, capsys, "--whole_process")
+    """
+    --whole_process: run.py processes timed from start to exit (benchmark.py starts them; it runs
+    here), of the model that the size flags give.
+    """
+    narrow = ["--n_layer", 1, "--n_head", 2, "--n_embd", 32]
+    rows = benchmark_rows(tiny_world, tmp_path, capsys, "--whole_process", *narrow)
     assert [row[0] for row in rows] == [
         "pretraining epoch, whole process",
         "finetuning epoch, whole process",
