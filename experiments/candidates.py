@@ -1,0 +1,144 @@
+"""
+Where the frames readout's candidates come from, and how often they hold the right place: on the
+last 400 training people (the tuning split's check part; the writers are fitted on the first
+1,600), for each source of candidates and for the sources added up in the order given.
+
+    python experiments/candidates.py vanilla wiki.txt --reading_params_path pretrain.params \\
+        [--finetune_corpus_path birth_places_train.tsv] [--writers 8] [--biography_places 2 4] \\
+        [--samples 8] [--temperatures 0.7 1.0] [--sampled_places 2] [--seed 0]
+
+Sources: the writers' greedy places (the recipe's), the greedy biography's first N places for
+each N of --biography_places, and for each temperature, --samples biographies drawn after the
+same opening ("NAME. "), each giving its first --sampled_places places. For each it prints the
+share of people whose place is among the candidates, the candidates a person, and the seconds
+the source took; then the same for the sources added up.
+"""
+
+import math
+import time
+
+import src_path  # noqa: F401
+
+# isort: split
+import torch
+
+import pipeline
+from arguments import params_parser, reading_config
+from cli import exit_status
+from dataset import MASK_CHAR, PAD_CHAR, encoded
+from distributed import exit_process
+from ensemble import BIOGRAPHY_STEPS, written_places
+from fitting import fitted_ensemble
+from frames import NAME, names_in, places_named, prompt
+from inputs import answered_pairs
+from model import KVCache
+from readout import tuning_split
+from utils import eval_mode
+
+
+@torch.no_grad()
+def biographies(model, corpus, prompts, steps, samples, temperature, generator, device, unmasked, batch_size=256):
+    """
+    `samples` continuations of each prompt, `steps` characters each, drawn at `temperature` (0:
+    greedy); with `unmasked`, never the mask or pad character, so that the text goes on as a
+    biography instead of a span corruption's answer: [[text, ...]].
+    """
+    rows = [(i, encoded(p, corpus.stoi)) for i, p in enumerate(prompts) for _ in range(samples)]
+    by_length = {}
+    for i, ids in rows:
+        by_length.setdefault(len(ids), []).append((i, ids))
+    banned = [corpus.stoi[c] for c in (MASK_CHAR, PAD_CHAR)] if unmasked else []
+    texts = [[] for _ in prompts]
+    with eval_mode(model):
+        for same in by_length.values():
+            for start in range(0, len(same), batch_size):
+                batch = same[start : start + batch_size]
+                x = torch.tensor([ids for _, ids in batch], dtype=torch.long, device=device)
+                steps_here = min(steps, model.get_block_size() - x.size(1))
+                cache, written = KVCache(), []
+                logits, _ = model(x, cache=cache)
+                for step in range(steps_here):
+                    last = logits[:, -1, :].float()
+                    last[:, banned] = -math.inf
+                    if temperature:
+                        probs = (last / temperature).softmax(-1).cpu()
+                        next_ids = torch.multinomial(probs, 1, generator=generator).to(device)
+                    else:
+                        next_ids = last.argmax(-1, keepdim=True)
+                    written.append(next_ids)
+                    if step < steps_here - 1:
+                        logits, _ = model(next_ids, cache=cache)
+                ids = torch.cat(written, dim=1).tolist()
+                for (i, _), row in zip(batch, ids):
+                    texts[i].append("".join(corpus.itos[c] for c in row))
+    return texts
+
+
+def main(argv=None):
+    parser = params_parser(__doc__, "the pretrained params to read", prog="candidates.py")
+    parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv", help="the training pairs")
+    parser.add_argument("--writers", type=int, default=8, help="frames fitted on the first 1,600 (default 8)")
+    parser.add_argument("--biography_places", type=int, nargs="+", default=[2, 4], help="greedy biography's N")
+    parser.add_argument("--samples", type=int, default=8, help="biographies sampled a person (default 8)")
+    parser.add_argument("--temperatures", type=float, nargs="*", default=[0.7, 1.0], help="of the samples")
+    parser.add_argument("--sampled_places", type=int, default=2, help="places read from each sample")
+    parser.add_argument("--people", type=int, default=400, help="of the last 400, the first this many")
+    args = parser.parse_args(argv)
+    cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
+
+    def run():
+        setup, device = pipeline.load(cfg)
+        model, corpus = setup.model, setup.corpus
+        first, last = tuning_split(answered_pairs(cfg.finetune_corpus_path))
+        last = last[: args.people]
+        names, places = names_in(last), [place for _, place in last]
+        started = time.perf_counter()
+        fitted = fitted_ensemble(model, corpus, first, args.writers, device)
+        print(f"writers fitted on the first 1,600 in {time.perf_counter() - started:.0f} s: {fitted.writers}")
+        sources = {}
+
+        def timed(label, make):
+            began = time.perf_counter()
+            sources[label] = (make(), time.perf_counter() - began)
+
+        timed(f"{args.writers} writers, greedy", lambda: written_places(model, corpus, names, fitted.writers,
+                                                                       fitted.skips, device))  # fmt: skip
+        most = max(args.biography_places)
+        greedy = written_places(model, corpus, names, (), fitted.skips, device, biography=most)
+        for n in args.biography_places:
+            timed(f"greedy biography, first {n}", lambda n=n: [row[:n] for row in greedy])
+        openings = [prompt(f"{NAME}. ", name) for name in names]
+        generator = torch.Generator().manual_seed(0)
+
+        def read(t, samples, unmasked, most):
+            texts = biographies(model, corpus, openings, BIOGRAPHY_STEPS, samples, t, generator, device, unmasked)
+            return [[place for text in person for place in places_named(text, fitted.skips, most)] for person in texts]
+
+        for n in args.biography_places:
+            timed(f"greedy biography without masks, first {n}", lambda n=n: read(0, 1, True, n))
+        for t in args.temperatures:
+            for unmasked in (False, True):
+                label = f"{args.samples} biographies sampled at {t:g}{' without masks' * unmasked}"
+                timed(label + f", first {args.sampled_places} each",
+                      lambda t=t, u=unmasked: read(t, args.samples, u, args.sampled_places))  # fmt: skip
+        print(f"\n{len(last)} of the last 400 training people\n")
+        print("| candidates | place among them | candidates a person | seconds |")
+        print("| --- | --- | --- | --- |")
+        union = [set() for _ in names]
+        rows = []
+        for label, (written, seconds) in sources.items():
+            sets = [{p for p in row if p} for row in written]
+            among = sum(place in s for s, place in zip(sets, places)) / len(places)
+            print(f"| {label} | {among:.1%} | {sum(map(len, sets)) / len(sets):.1f} | {seconds:.0f} |")
+            union = [u | s for u, s in zip(union, sets)]
+            among = sum(place in u for u, place in zip(union, places)) / len(places)
+            rows.append((label, among, sum(map(len, union)) / len(union)))
+        print("\n| added up to | place among them | candidates a person |\n| --- | --- | --- |")
+        for label, among, size in rows:
+            print(f"| {label} | {among:.1%} | {size:.1f} |")
+
+    return exit_status("candidates.py", run)
+
+
+if __name__ == "__main__":
+    exit_process(main())
