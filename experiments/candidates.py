@@ -14,6 +14,7 @@ share of people whose place is among the candidates, the candidates a person, an
 the source took; then the same for the sources added up.
 """
 
+import dataclasses
 import math
 import time
 
@@ -22,12 +23,13 @@ import src_path  # noqa: F401
 # isort: split
 import torch
 
+import choice
 import pipeline
 from arguments import params_parser, reading_config
 from cli import exit_status
 from dataset import MASK_CHAR, PAD_CHAR, encoded
 from distributed import exit_process
-from ensemble import BIOGRAPHY_STEPS, written_places
+from ensemble import BIOGRAPHY_STEPS, candidate_set, scored_candidates, written_places
 from fitting import fitted_ensemble
 from frames import NAME, names_in, places_named, prompt
 from inputs import answered_pairs
@@ -74,6 +76,38 @@ def biographies(model, corpus, prompts, steps, samples, temperature, generator, 
     return texts
 
 
+def chosen_share(model, corpus, fitted, parts, samples, device):
+    """
+    The learned choice fitted on parts["fit"] and checked on parts["check"], among the writers' and
+    greedy biography's candidates and the places named by `samples(names)`, their count a feature:
+    (place among the candidates, answered, answered where the place is among them) on the check.
+    """
+    features, rights, kept = {}, {}, {}
+    for part, pairs in parts.items():
+        names = names_in(pairs)
+        written = written_places(model, corpus, names, fitted.writers, fitted.skips, device, fitted.biography)
+        sampled = samples(names) if samples else [[] for _ in names]
+        places = [candidate_set([*w, *s]) for w, s in zip(written, sampled)]
+        people = scored_candidates(model, corpus, names, written, fitted.scorers, fitted.end, device, places)
+        features[part] = [
+            torch.cat([person.features(), torch.tensor([[s.count(p)] for p in person.places], dtype=torch.float64)], 1)
+            for person, s in zip(people, sampled)
+        ]
+        rights[part] = [
+            person.places.index(place) if place in person.places else None for person, (_, place) in zip(people, pairs)
+        ]
+        kept[part] = people
+    weights = choice.fitted_weights(features["fit"], rights["fit"])
+    answers = [
+        person.places[choice.chosen(f, weights)] if person.places else ""
+        for person, f in zip(kept["check"], features["check"])
+    ]
+    right = [answer == place for answer, (_, place) in zip(answers, parts["check"])]
+    present = [r is not None for r in rights["check"]]
+    among = sum(present) / len(present)
+    return among, sum(right) / len(right), sum(r for r, p in zip(right, present) if p) / max(1, sum(present))
+
+
 def main(argv=None):
     parser = params_parser(__doc__, "the pretrained params to read", prog="candidates.py")
     parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv", help="the training pairs")
@@ -83,6 +117,13 @@ def main(argv=None):
     parser.add_argument("--temperatures", type=float, nargs="*", default=[0.7, 1.0], help="of the samples")
     parser.add_argument("--sampled_places", type=int, default=2, help="places read from each sample")
     parser.add_argument("--people", type=int, default=400, help="of the last 400, the first this many")
+    parser.add_argument(
+        "--choose",
+        type=int,
+        default=0,
+        help="instead: the learned choice fitted on this many of the first 1,600 (evenly), with and without the "
+        "samples of the first temperature, without masks",
+    )
     args = parser.parse_args(argv)
     cfg = reading_config(args, finetune_corpus_path=args.finetune_corpus_path)
 
@@ -95,6 +136,26 @@ def main(argv=None):
         started = time.perf_counter()
         fitted = fitted_ensemble(model, corpus, first, args.writers, device)
         print(f"writers fitted on the first 1,600 in {time.perf_counter() - started:.0f} s: {fitted.writers}")
+        if args.choose:
+            fit = first[:: len(first) // args.choose][: args.choose]
+            fitted = dataclasses.replace(fitted, biography=2)
+            openings = lambda names: [prompt(f"{NAME}. ", name) for name in names]  # noqa: E731
+            generator = torch.Generator().manual_seed(0)
+
+            def samples(names):
+                texts = biographies(model, corpus, openings(names), BIOGRAPHY_STEPS, args.samples,
+                                    args.temperatures[0], generator, device, True)  # fmt: skip
+                return [[p for text in person for p in places_named(text, fitted.skips, args.sampled_places)]
+                        for person in texts]  # fmt: skip
+
+            print("| candidates | place among them | answered | answered where among them | seconds |")
+            print("| --- | --- | --- | --- | --- |")
+            for label, source in [("writers and greedy biography", None), (f"and {args.samples} samples", samples)]:
+                began = time.perf_counter()
+                among, answered, where = chosen_share(model, corpus, fitted, dict(fit=fit, check=last), source, device)
+                seconds = time.perf_counter() - began
+                print(f"| {label} | {among:.1%} | {answered:.1%} | {where:.1%} | {seconds:.0f} |", flush=True)
+            return
         sources = {}
 
         def timed(label, make):
