@@ -539,3 +539,30 @@ def test_the_controls_split_the_answers_by_whether_the_biography_names_the_place
     assert counts[0] == [a + b for a, b in zip(counts[1], counts[2])]
     assert [counts[0][0], counts[1][0], counts[2][0]] == [people - 1, people - 2, 1]
     assert [counts[0][2], counts[1][2], counts[2][2]] == [1, 0, 1]
+
+
+def test_the_candidates_study_adds_up_each_source_and_checks_the_choice_among_them(frames_world, capsys):
+    """
+    experiments/candidates.py: a row per source of candidates and the sources added up, each
+    holding at least the places of the rows before; --choose: the learned choice with and without
+    the sampled biographies, never answering more than the candidates hold.
+    """
+    argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
+    argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "--biography_places", "2"]
+    argv += ["--samples", "2", "--temperatures", "0.5"]
+    capsys.readouterr()
+    assert run_script("candidates", *argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and "%" in line]
+    sources = ["2 writers, greedy", "greedy biography, first 2", "greedy biography without masks, first 2"]
+    sources += [f"2 biographies sampled at 0.5{unmasked}, first 2 each" for unmasked in ("", " without masks")]
+    assert [row[0] for row in rows] == sources * 2
+    added = [(float(row[1][:-1]), float(row[2])) for row in rows[len(sources) :]]
+    assert added == sorted(added) and all(a >= float(row[1][:-1]) for a, row in zip([a for a, _ in added], rows))
+    assert run_script("candidates", *argv, "--choose", "30") == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and "%" in line]
+    assert [row[0] for row in rows] == ["writers and greedy biography", "and 2 samples"]
+    for _, among, answered, where, _ in rows:
+        assert float(answered[:-1]) <= float(among[:-1]) and 0 <= float(where[:-1]) <= 100
+    assert float(rows[1][1][:-1]) >= float(rows[0][1][:-1])
