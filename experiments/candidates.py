@@ -76,36 +76,51 @@ def biographies(model, corpus, prompts, steps, samples, temperature, generator, 
     return texts
 
 
-def chosen_share(model, corpus, fitted, parts, samples, device):
+def scored_people(model, corpus, fitted, pairs, samples, device):
     """
-    The learned choice fitted on parts["fit"] and checked on parts["check"], among the writers' and
-    greedy biography's candidates and the places named by `samples(names)`, their count a feature:
-    (place among the candidates, answered, answered where the place is among them) on the check.
+    For each person: the Candidates of the writers', the greedy biography's and the sampled places
+    together, each place's count among the samples, and the index of the right place or None.
     """
-    features, rights, kept = {}, {}, {}
-    for part, pairs in parts.items():
-        names = names_in(pairs)
-        written = written_places(model, corpus, names, fitted.writers, fitted.skips, device, fitted.biography)
-        sampled = samples(names) if samples else [[] for _ in names]
-        places = [candidate_set([*w, *s]) for w, s in zip(written, sampled)]
-        people = scored_candidates(model, corpus, names, written, fitted.scorers, fitted.end, device, places)
-        features[part] = [
-            torch.cat([person.features(), torch.tensor([[s.count(p)] for p in person.places], dtype=torch.float64)], 1)
-            for person, s in zip(people, sampled)
+    names = names_in(pairs)
+    written = written_places(model, corpus, names, fitted.writers, fitted.skips, device, fitted.biography)
+    sampled = samples(names)
+    places = [candidate_set([*w, *s]) for w, s in zip(written, sampled)]
+    people = scored_candidates(model, corpus, names, written, fitted.scorers, fitted.end, device, places)
+    counts = [[s.count(place) for place in person.places] for person, s in zip(people, sampled)]
+    return [(person, count, place) for person, count, (_, place) in zip(people, counts, pairs)]
+
+
+def kept_rows(person, counts, least, counted):
+    """
+    The features of the candidates kept (each writer's and those `least` samples named), their
+    count a last feature if `counted`, and the places kept.
+    """
+    kept = [k for k, (place, n) in enumerate(zip(person.places, counts)) if place in person.written or n >= least]
+    features = person.features()[kept]
+    if counted:
+        features = torch.cat([features, torch.tensor([[counts[k]] for k in kept], dtype=torch.float64)], 1)
+    return features, [person.places[k] for k in kept]
+
+
+def chosen_share(parts, least, counted):
+    """
+    The learned choice fitted on parts["fit"], checked on parts["check"]: (place among the
+    candidates, answered, answered where the place is among them) on the check.
+    """
+    rows = {part: [kept_rows(person, counts, least, counted) for person, counts, _ in people]
+            for part, people in parts.items()}  # fmt: skip
+    rights = {
+        part: [
+            places.index(place) if place in places else None for (_, places), (_, _, place) in zip(rows[part], people)
         ]
-        rights[part] = [
-            person.places.index(place) if place in person.places else None for person, (_, place) in zip(people, pairs)
-        ]
-        kept[part] = people
-    weights = choice.fitted_weights(features["fit"], rights["fit"])
-    answers = [
-        person.places[choice.chosen(f, weights)] if person.places else ""
-        for person, f in zip(kept["check"], features["check"])
-    ]
-    right = [answer == place for answer, (_, place) in zip(answers, parts["check"])]
+        for part, people in parts.items()
+    }
+    weights = choice.fitted_weights([features for features, _ in rows["fit"]], rights["fit"])
+    answers = [places[choice.chosen(features, weights)] if places else "" for features, places in rows["check"]]
+    right = [answer == place for answer, (_, _, place) in zip(answers, parts["check"])]
     present = [r is not None for r in rights["check"]]
-    among = sum(present) / len(present)
-    return among, sum(right) / len(right), sum(r for r, p in zip(right, present) if p) / max(1, sum(present))
+    answered_present = sum(r for r, p in zip(right, present) if p) / max(1, sum(present))
+    return sum(present) / len(present), sum(right) / len(right), answered_present
 
 
 def main(argv=None):
@@ -117,6 +132,7 @@ def main(argv=None):
     parser.add_argument("--temperatures", type=float, nargs="*", default=[0.7, 1.0], help="of the samples")
     parser.add_argument("--sampled_places", type=int, default=2, help="places read from each sample")
     parser.add_argument("--people", type=int, default=400, help="of the last 400, the first this many")
+    parser.add_argument("--least", type=int, nargs="+", default=[1, 2, 3], help="--choose: samples naming a place")
     parser.add_argument(
         "--choose",
         type=int,
@@ -148,13 +164,20 @@ def main(argv=None):
                 return [[p for text in person for p in places_named(text, fitted.skips, args.sampled_places)]
                         for person in texts]  # fmt: skip
 
-            print("| candidates | place among them | answered | answered where among them | seconds |")
-            print("| --- | --- | --- | --- | --- |")
-            for label, source in [("writers and greedy biography", None), (f"and {args.samples} samples", samples)]:
-                began = time.perf_counter()
-                among, answered, where = chosen_share(model, corpus, fitted, dict(fit=fit, check=last), source, device)
-                seconds = time.perf_counter() - began
-                print(f"| {label} | {among:.1%} | {answered:.1%} | {where:.1%} | {seconds:.0f} |", flush=True)
+            began = time.perf_counter()
+            parts = {
+                part: scored_people(model, corpus, fitted, pairs, samples, device)
+                for part, pairs in dict(fit=fit, check=last).items()
+            }
+            print(f"sampled and scored in {time.perf_counter() - began:.0f} s\n")
+            print("| candidates | place among them | answered | answered where among them |")
+            print("| --- | --- | --- | --- |")
+            ways = [("writers and greedy biography", math.inf, False)]
+            ways += [("writers and greedy biography, the samples' count a feature", math.inf, True)]
+            ways += [(f"and the places {n} of {args.samples} samples name", n, True) for n in args.least]
+            for label, least, counted in ways:
+                among, answered, where = chosen_share(parts, least, counted)
+                print(f"| {label} | {among:.1%} | {answered:.1%} | {where:.1%} |", flush=True)
             return
         sources = {}
 

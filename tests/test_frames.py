@@ -559,10 +559,16 @@ def test_the_candidates_study_adds_up_each_source_and_checks_the_choice_among_th
     assert [row[0] for row in rows] == sources * 2
     added = [(float(row[1][:-1]), float(row[2])) for row in rows[len(sources) :]]
     assert added == sorted(added) and all(a >= float(row[1][:-1]) for a, row in zip([a for a, _ in added], rows))
-    assert run_script("candidates", *argv, "--choose", "30") == 0
+    assert run_script("candidates", *argv, "--choose", "30", "--least", "1", "2") == 0
     lines = capsys.readouterr().out.splitlines()
     rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and "%" in line]
-    assert [row[0] for row in rows] == ["writers and greedy biography", "and 2 samples"]
-    for _, among, answered, where, _ in rows:
+    assert [row[0] for row in rows] == [
+        "writers and greedy biography",
+        "writers and greedy biography, the samples' count a feature",
+        "and the places 1 of 2 samples name",
+        "and the places 2 of 2 samples name",
+    ]
+    for _, among, answered, where in rows:
         assert float(answered[:-1]) <= float(among[:-1]) and 0 <= float(where[:-1]) <= 100
-    assert float(rows[1][1][:-1]) >= float(rows[0][1][:-1])
+    among = [float(row[1][:-1]) for row in rows]
+    assert among[0] == among[1] <= among[3] <= among[2]  # fewer samples naming a place keep more places
