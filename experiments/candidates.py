@@ -5,13 +5,20 @@ last 400 training people (the tuning split's check part; the writers are fitted 
 
     python experiments/candidates.py vanilla wiki.txt --reading_params_path pretrain.params \\
         [--finetune_corpus_path birth_places_train.tsv] [--writers 8] [--biography_places 2 4] \\
-        [--samples 8] [--temperatures 0.7 1.0] [--sampled_places 2] [--seed 0]
+        [--samples 8] [--temperatures 0.7 1.0] [--sampled_places 2] [--choose 800 [--least 1 2 3]]
 
 Sources: the writers' greedy places (the recipe's), the greedy biography's first N places for
-each N of --biography_places, and for each temperature, --samples biographies drawn after the
-same opening ("NAME. "), each giving its first --sampled_places places. For each it prints the
-share of people whose place is among the candidates, the candidates a person, and the seconds
-the source took; then the same for the sources added up.
+each N of --biography_places, greedy again with the mask and pad characters forbidden, and for
+each temperature, --samples biographies drawn after the same opening ("NAME. "), with and
+without those characters, each giving its first --sampled_places places (the draws: one
+generator, seeded 0). For each it prints the share of people whose place is among the
+candidates, the candidates a person, and the seconds the source took; then the same for the
+sources added up.
+
+--choose N instead fits the learned choice (src/choice.py) on N of the first 1,600, evenly, and
+checks it on the last 400: among the writers' and the greedy biography's candidates (the
+recipe's), with the samples' count of each place as a feature, and with the places that at least
+K samples (of the first temperature, without masks) name, for each K of --least.
 """
 
 import dataclasses
