@@ -130,6 +130,80 @@ def chosen_share(parts, least, counted):
     return sum(present) / len(present), sum(right) / len(right), answered_present
 
 
+def sampled_places(model, corpus, fitted, names, samples, temperature, unmasked, most, generator, device):
+    """The first `most` places of each of `samples` biographies drawn after "NAME. ", for each name."""
+    openings = [prompt(f"{NAME}. ", name) for name in names]
+    texts = biographies(model, corpus, openings, BIOGRAPHY_STEPS, samples, temperature, generator, device, unmasked)
+    return [[place for text in person for place in places_named(text, fitted.skips, most)] for person in texts]
+
+
+def sources_table(model, corpus, fitted, last, args, device):
+    """Print each source's share of people whose place it holds, and the sources added up."""
+    names, places = names_in(last), [place for _, place in last]
+    generator = torch.Generator().manual_seed(0)
+    sources = {}
+
+    def timed(label, make):
+        began = time.perf_counter()
+        sources[label] = (make(), time.perf_counter() - began)
+
+    timed(f"{args.writers} writers, greedy",
+          lambda: written_places(model, corpus, names, fitted.writers, fitted.skips, device))  # fmt: skip
+    for n in args.biography_places:
+        timed(f"greedy biography, first {n}",
+              lambda n=n: written_places(model, corpus, names, (), fitted.skips, device, biography=n))  # fmt: skip
+    for n in args.biography_places:
+        timed(f"greedy biography without masks, first {n}",
+              lambda n=n: sampled_places(model, corpus, fitted, names, 1, 0, True, n, generator, device))  # fmt: skip
+    for t in args.temperatures:
+        for unmasked in (False, True):
+            label = f"{args.samples} biographies sampled at {t:g}{' without masks' * unmasked}"
+            timed(label + f", first {args.sampled_places} each",
+                  lambda t=t, u=unmasked: sampled_places(model, corpus, fitted, names, args.samples, t, u,
+                                                         args.sampled_places, generator, device))  # fmt: skip
+    print(f"\n{len(last)} of the last 400 training people\n")
+    print("| candidates | place among them | candidates a person | seconds |")
+    print("| --- | --- | --- | --- |")
+    union = [set() for _ in names]
+    rows = []
+    for label, (written, seconds) in sources.items():
+        sets = [{p for p in row if p} for row in written]
+        among = sum(place in s for s, place in zip(sets, places)) / len(places)
+        print(f"| {label} | {among:.1%} | {sum(map(len, sets)) / len(sets):.1f} | {seconds:.0f} |")
+        union = [u | s for u, s in zip(union, sets)]
+        among = sum(place in u for u, place in zip(union, places)) / len(places)
+        rows.append((label, among, sum(map(len, union)) / len(union)))
+    print("\n| added up to | place among them | candidates a person |\n| --- | --- | --- |")
+    for label, among, size in rows:
+        print(f"| {label} | {among:.1%} | {size:.1f} |")
+
+
+def choice_table(model, corpus, fitted, first, last, args, device):
+    """Print the learned choice's shares on the last 400, fitted on --choose of the first 1,600."""
+    fit = first[:: len(first) // args.choose][: args.choose]
+    fitted = dataclasses.replace(fitted, biography=2)
+    generator = torch.Generator().manual_seed(0)
+
+    def samples(names):
+        return sampled_places(model, corpus, fitted, names, args.samples, args.temperatures[0], True,
+                              args.sampled_places, generator, device)  # fmt: skip
+
+    began = time.perf_counter()
+    parts = {
+        part: scored_people(model, corpus, fitted, pairs, samples, device)
+        for part, pairs in dict(fit=fit, check=last).items()
+    }
+    print(f"sampled and scored in {time.perf_counter() - began:.0f} s\n")
+    print("| candidates | place among them | answered | answered where among them |")
+    print("| --- | --- | --- | --- |")
+    ways = [("writers and greedy biography", math.inf, False)]
+    ways += [("writers and greedy biography, the samples' count a feature", math.inf, True)]
+    ways += [(f"and the places {n} of {args.samples} samples name", n, True) for n in args.least]
+    for label, least, counted in ways:
+        among, answered, where = chosen_share(parts, least, counted)
+        print(f"| {label} | {among:.1%} | {answered:.1%} | {where:.1%} |", flush=True)
+
+
 def main(argv=None):
     parser = params_parser(__doc__, "the pretrained params to read", prog="candidates.py")
     parser.add_argument("--finetune_corpus_path", default="birth_places_train.tsv", help="the training pairs")
@@ -152,81 +226,15 @@ def main(argv=None):
 
     def run():
         setup, device = pipeline.load(cfg)
-        model, corpus = setup.model, setup.corpus
         first, last = tuning_split(answered_pairs(cfg.finetune_corpus_path))
-        last = last[: args.people]
-        names, places = names_in(last), [place for _, place in last]
         started = time.perf_counter()
-        fitted = fitted_ensemble(model, corpus, first, args.writers, device)
+        fitted = fitted_ensemble(setup.model, setup.corpus, first, args.writers, device)
         print(f"writers fitted on the first 1,600 in {time.perf_counter() - started:.0f} s: {fitted.writers}")
+        last = last[: args.people]
         if args.choose:
-            fit = first[:: len(first) // args.choose][: args.choose]
-            fitted = dataclasses.replace(fitted, biography=2)
-            openings = lambda names: [prompt(f"{NAME}. ", name) for name in names]  # noqa: E731
-            generator = torch.Generator().manual_seed(0)
-
-            def samples(names):
-                texts = biographies(model, corpus, openings(names), BIOGRAPHY_STEPS, args.samples,
-                                    args.temperatures[0], generator, device, True)  # fmt: skip
-                return [[p for text in person for p in places_named(text, fitted.skips, args.sampled_places)]
-                        for person in texts]  # fmt: skip
-
-            began = time.perf_counter()
-            parts = {
-                part: scored_people(model, corpus, fitted, pairs, samples, device)
-                for part, pairs in dict(fit=fit, check=last).items()
-            }
-            print(f"sampled and scored in {time.perf_counter() - began:.0f} s\n")
-            print("| candidates | place among them | answered | answered where among them |")
-            print("| --- | --- | --- | --- |")
-            ways = [("writers and greedy biography", math.inf, False)]
-            ways += [("writers and greedy biography, the samples' count a feature", math.inf, True)]
-            ways += [(f"and the places {n} of {args.samples} samples name", n, True) for n in args.least]
-            for label, least, counted in ways:
-                among, answered, where = chosen_share(parts, least, counted)
-                print(f"| {label} | {among:.1%} | {answered:.1%} | {where:.1%} |", flush=True)
-            return
-        sources = {}
-
-        def timed(label, make):
-            began = time.perf_counter()
-            sources[label] = (make(), time.perf_counter() - began)
-
-        timed(f"{args.writers} writers, greedy", lambda: written_places(model, corpus, names, fitted.writers,
-                                                                       fitted.skips, device))  # fmt: skip
-        most = max(args.biography_places)
-        greedy = written_places(model, corpus, names, (), fitted.skips, device, biography=most)
-        for n in args.biography_places:
-            timed(f"greedy biography, first {n}", lambda n=n: [row[:n] for row in greedy])
-        openings = [prompt(f"{NAME}. ", name) for name in names]
-        generator = torch.Generator().manual_seed(0)
-
-        def read(t, samples, unmasked, most):
-            texts = biographies(model, corpus, openings, BIOGRAPHY_STEPS, samples, t, generator, device, unmasked)
-            return [[place for text in person for place in places_named(text, fitted.skips, most)] for person in texts]
-
-        for n in args.biography_places:
-            timed(f"greedy biography without masks, first {n}", lambda n=n: read(0, 1, True, n))
-        for t in args.temperatures:
-            for unmasked in (False, True):
-                label = f"{args.samples} biographies sampled at {t:g}{' without masks' * unmasked}"
-                timed(label + f", first {args.sampled_places} each",
-                      lambda t=t, u=unmasked: read(t, args.samples, u, args.sampled_places))  # fmt: skip
-        print(f"\n{len(last)} of the last 400 training people\n")
-        print("| candidates | place among them | candidates a person | seconds |")
-        print("| --- | --- | --- | --- |")
-        union = [set() for _ in names]
-        rows = []
-        for label, (written, seconds) in sources.items():
-            sets = [{p for p in row if p} for row in written]
-            among = sum(place in s for s, place in zip(sets, places)) / len(places)
-            print(f"| {label} | {among:.1%} | {sum(map(len, sets)) / len(sets):.1f} | {seconds:.0f} |")
-            union = [u | s for u, s in zip(union, sets)]
-            among = sum(place in u for u, place in zip(union, places)) / len(places)
-            rows.append((label, among, sum(map(len, union)) / len(union)))
-        print("\n| added up to | place among them | candidates a person |\n| --- | --- | --- |")
-        for label, among, size in rows:
-            print(f"| {label} | {among:.1%} | {size:.1f} |")
+            choice_table(setup.model, setup.corpus, fitted, first, last, args, device)
+        else:
+            sources_table(setup.model, setup.corpus, fitted, last, args, device)
 
     return exit_status("candidates.py", run)
 
