@@ -10,10 +10,10 @@ last 400 training people (the tuning split's check part; the writers are fitted 
 Sources: the writers' greedy places (the recipe's), the greedy biography's first N places for
 each N of --biography_places, greedy again with the mask and pad characters forbidden, and for
 each temperature, --samples biographies drawn after the same opening ("NAME. "), with and
-without those characters, each giving its first --sampled_places places (the draws: one
-generator, seeded 0). For each it prints the share of people whose place is among the
-candidates, the candidates a person, and the seconds the source took; then the same for the
-sources added up.
+without those characters, each giving its first --sampled_places places (each person's draws
+seeded by their name, as the readout's: src/ensemble.py). For each it prints the share of people
+whose place is among the candidates, the candidates a person, and the seconds the source took;
+then the same for the sources added up.
 
 --choose N instead fits the learned choice (src/choice.py) on N of the first 1,600, evenly, and
 checks it on the last 400: among the writers' and the greedy biography's candidates (the
@@ -28,85 +28,38 @@ import time
 import src_path  # noqa: F401
 
 # isort: split
-import torch
 
 import choice
 import pipeline
 from arguments import params_parser, reading_config
 from cli import exit_status
-from dataset import MASK_CHAR, PAD_CHAR, encoded
+from dataset import MASK_CHAR, PAD_CHAR
 from distributed import exit_process
-from ensemble import BIOGRAPHY_STEPS, candidate_set, scored_candidates, written_places
+from ensemble import sampled_places, written_places
 from fitting import fitted_ensemble
-from frames import NAME, names_in, places_named, prompt
+from frames import names_in
 from inputs import answered_pairs
-from model import KVCache
 from readout import tuning_split
-from utils import eval_mode
 
 
-@torch.no_grad()
-def biographies(model, corpus, prompts, steps, samples, temperature, generator, device, unmasked, batch_size=256):
-    """
-    `samples` continuations of each prompt, `steps` characters each, drawn at `temperature` (0:
-    greedy); with `unmasked`, never the mask or pad character, so that the text goes on as a
-    biography instead of a span corruption's answer: [[text, ...]].
-    """
-    rows = [(i, encoded(p, corpus.stoi)) for i, p in enumerate(prompts) for _ in range(samples)]
-    by_length = {}
-    for i, ids in rows:
-        by_length.setdefault(len(ids), []).append((i, ids))
-    banned = [corpus.stoi[c] for c in (MASK_CHAR, PAD_CHAR)] if unmasked else []
-    texts = [[] for _ in prompts]
-    with eval_mode(model):
-        for same in by_length.values():
-            for start in range(0, len(same), batch_size):
-                batch = same[start : start + batch_size]
-                x = torch.tensor([ids for _, ids in batch], dtype=torch.long, device=device)
-                steps_here = min(steps, model.get_block_size() - x.size(1))
-                cache, written = KVCache(), []
-                logits, _ = model(x, cache=cache)
-                for step in range(steps_here):
-                    last = logits[:, -1, :].float()
-                    last[:, banned] = -math.inf
-                    if temperature:
-                        probs = (last / temperature).softmax(-1).cpu()
-                        next_ids = torch.multinomial(probs, 1, generator=generator).to(device)
-                    else:
-                        next_ids = last.argmax(-1, keepdim=True)
-                    written.append(next_ids)
-                    if step < steps_here - 1:
-                        logits, _ = model(next_ids, cache=cache)
-                ids = torch.cat(written, dim=1).tolist()
-                for (i, _), row in zip(batch, ids):
-                    texts[i].append("".join(corpus.itos[c] for c in row))
-    return texts
-
-
-def scored_people(model, corpus, fitted, pairs, samples, device):
+def scored_people(model, corpus, fitted, pairs, device):
     """
     For each person: the Candidates of the writers', the greedy biography's and the sampled places
-    together, each place's count among the samples, and the index of the right place or None.
+    together (each place counted among the samples), and the right place.
     """
-    names = names_in(pairs)
-    written = written_places(model, corpus, names, fitted.writers, fitted.skips, device, fitted.biography)
-    sampled = samples(names)
-    places = [candidate_set([*w, *s]) for w, s in zip(written, sampled)]
-    people = scored_candidates(model, corpus, names, written, fitted.scorers, fitted.end, device, places)
-    counts = [[s.count(place) for place in person.places] for person, s in zip(people, sampled)]
-    return [(person, count, place) for person, count, (_, place) in zip(people, counts, pairs)]
+    people = fitted.candidates(model, corpus, names_in(pairs), device)
+    return [(person, place) for person, (_, place) in zip(people, pairs)]
 
 
-def kept_rows(person, counts, least, counted):
+def kept_rows(person, least, counted):
     """
     The features of the candidates kept (each writer's and those `least` samples named), their
-    count a last feature if `counted`, and the places kept.
+    count the last feature if `counted`, and the places kept.
     """
-    kept = [k for k, (place, n) in enumerate(zip(person.places, counts)) if place in person.written or n >= least]
+    kept = [k for k, (place, n) in enumerate(zip(person.places, person.counts))
+            if place in person.written or n >= least]  # fmt: skip
     features = person.features()[kept]
-    if counted:
-        features = torch.cat([features, torch.tensor([[counts[k]] for k in kept], dtype=torch.float64)], 1)
-    return features, [person.places[k] for k in kept]
+    return (features if counted else features[:, :-1]), [person.places[k] for k in kept]
 
 
 def chosen_share(parts, least, counted):
@@ -114,34 +67,27 @@ def chosen_share(parts, least, counted):
     The learned choice fitted on parts["fit"], checked on parts["check"]: (place among the
     candidates, answered, answered where the place is among them) on the check.
     """
-    rows = {part: [kept_rows(person, counts, least, counted) for person, counts, _ in people]
-            for part, people in parts.items()}  # fmt: skip
+    rows = {part: [kept_rows(person, least, counted) for person, _ in people] for part, people in parts.items()}
     rights = {
-        part: [
-            places.index(place) if place in places else None for (_, places), (_, _, place) in zip(rows[part], people)
-        ]
+        part: [places.index(place) if place in places else None for (_, places), (_, place) in zip(rows[part], people)]
         for part, people in parts.items()
     }
     weights = choice.fitted_weights([features for features, _ in rows["fit"]], rights["fit"])
     answers = [places[choice.chosen(features, weights)] if places else "" for features, places in rows["check"]]
-    right = [answer == place for answer, (_, _, place) in zip(answers, parts["check"])]
+    right = [answer == place for answer, (_, place) in zip(answers, parts["check"])]
     present = [r is not None for r in rights["check"]]
     answered_present = sum(r for r, p in zip(right, present) if p) / max(1, sum(present))
     return sum(present) / len(present), sum(right) / len(right), answered_present
 
 
-def sampled_places(model, corpus, fitted, names, samples, temperature, unmasked, most, generator, device):
-    """The first `most` places of each of `samples` biographies drawn after "NAME. ", for each name."""
-    openings = [prompt(f"{NAME}. ", name) for name in names]
-    texts = biographies(model, corpus, openings, BIOGRAPHY_STEPS, samples, temperature, generator, device, unmasked)
-    return [[place for text in person for place in places_named(text, fitted.skips, most)] for person in texts]
-
-
 def sources_table(model, corpus, fitted, last, args, device):
     """Print each source's share of people whose place it holds, and the sources added up."""
     names, places = names_in(last), [place for _, place in last]
-    generator = torch.Generator().manual_seed(0)
     sources = {}
+
+    def sampled(samples, temperature, unmasked, most):
+        banned = (MASK_CHAR, PAD_CHAR) if unmasked else ()
+        return sampled_places(model, corpus, names, fitted.skips, device, samples, temperature, most, banned)
 
     def timed(label, make):
         began = time.perf_counter()
@@ -154,13 +100,12 @@ def sources_table(model, corpus, fitted, last, args, device):
               lambda n=n: written_places(model, corpus, names, (), fitted.skips, device, biography=n))  # fmt: skip
     for n in args.biography_places:
         timed(f"greedy biography without masks, first {n}",
-              lambda n=n: sampled_places(model, corpus, fitted, names, 1, 0, True, n, generator, device))  # fmt: skip
+              lambda n=n: sampled(1, 0, True, n))  # fmt: skip
     for t in args.temperatures:
         for unmasked in (False, True):
             label = f"{args.samples} biographies sampled at {t:g}{' without masks' * unmasked}"
             timed(label + f", first {args.sampled_places} each",
-                  lambda t=t, u=unmasked: sampled_places(model, corpus, fitted, names, args.samples, t, u,
-                                                         args.sampled_places, generator, device))  # fmt: skip
+                  lambda t=t, u=unmasked: sampled(args.samples, t, u, args.sampled_places))  # fmt: skip
     print(f"\n{len(last)} of the last 400 training people\n")
     print("| candidates | place among them | candidates a person | seconds |")
     print("| --- | --- | --- | --- |")
@@ -181,17 +126,10 @@ def sources_table(model, corpus, fitted, last, args, device):
 def choice_table(model, corpus, fitted, first, last, args, device):
     """Print the learned choice's shares on the last 400, fitted on --choose of the first 1,600."""
     fit = first[:: len(first) // args.choose][: args.choose]
-    fitted = dataclasses.replace(fitted, biography=2)
-    generator = torch.Generator().manual_seed(0)
-
-    def samples(names):
-        return sampled_places(model, corpus, fitted, names, args.samples, args.temperatures[0], True,
-                              args.sampled_places, generator, device)  # fmt: skip
-
+    fitted = dataclasses.replace(fitted, biography=2, samples=args.samples, temperature=args.temperatures[0])
     began = time.perf_counter()
     parts = {
-        part: scored_people(model, corpus, fitted, pairs, samples, device)
-        for part, pairs in dict(fit=fit, check=last).items()
+        part: scored_people(model, corpus, fitted, pairs, device) for part, pairs in dict(fit=fit, check=last).items()
     }
     print(f"sampled and scored in {time.perf_counter() - began:.0f} s\n")
     print("| candidates | place among them | answered | answered where among them |")

@@ -2,8 +2,9 @@
 The frames readout's learned choice among a person's candidate places.
 
 Each candidate is scored by a linear function of its features: its log-probability after each
-scorer frame, which writers wrote it, and its length. The weights are fitted, as a softmax
-over each training person's candidates, to pick the person's place.
+scorer frame, which writers wrote it, its length and, with samples, how many of them named it.
+The weights are fitted, as a softmax over each training person's candidates, to pick the
+person's place.
 """
 
 import torch
@@ -14,16 +15,17 @@ L2 = 0.01  # the penalty on the squared standardised weights
 LBFGS_STEPS = 500  # the most iterations of the fit
 
 
-def features(scores, written, places):
+def features(scores, written, places, counts=None):
     """
     A float64 row per candidate place: its log-probability after each scorer frame (floored at
-    FLOOR), whether each writer wrote it, and its length.
+    FLOOR), whether each writer wrote it, its length and, where `counts` are given, its count.
     """
     rows = [
         [*score, *(float(w == place) for w in written), float(len(place))]
-        for score, place in zip(scores, places)
+        + ([float(counts[k])] if counts is not None else [])
+        for k, (score, place) in enumerate(zip(scores, places))
     ]
-    width = (len(scores[0]) if scores else 0) + len(written) + 1
+    width = (len(scores[0]) if scores else 0) + len(written) + 1 + (counts is not None)
     return torch.tensor(rows, dtype=torch.float64).reshape(len(places), width).clamp(min=FLOOR)
 
 

@@ -222,6 +222,13 @@ class Recipe:
     readout_biography: int = setting(
         0, at_least_zero=True, reading=True, help="frames: N places its own biography names"
     )
+    readout_samples: int = setting(
+        0, at_least_zero=True, reading=True, help="frames: N biographies sampled, their places too"
+    )
+    # of 0.5 and 0.8, the one that answered more of the tuning split (docs/readout.md)
+    readout_temperature: float = setting(
+        0.5, reading=True, help="frames: the sampled biographies' temperature"
+    )
 
     def __post_init__(self):
         check_fields(self)

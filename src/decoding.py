@@ -31,11 +31,12 @@ class Decoded:
 
 
 @torch.no_grad()
-def greedy_decode_cached(model, x, steps, stop_id, top_k=0):
+def greedy_decode_cached(model, x, steps, stop_id, top_k=0, noise=None):
     """
     Greedy continuation of x (B, T) by up to `steps` ids with a KVCache, as a Decoded; a row that
     writes stop_id leaves the batch, and the rest of it is stop_id. Needs T + steps <= block_size,
-    where `sample` never slides its window and writes the same ids.
+    where `sample` never slides its window and writes the same ids. With `noise` (B, steps, V)
+    added to the logits before each argmax, the ids are draws instead (gumbel_noise).
     """
     cache = KVCache()
     logits, _ = model(x, cache=cache)
@@ -47,7 +48,7 @@ def greedy_decode_cached(model, x, steps, stop_id, top_k=0):
     going = torch.arange(rows, device=x.device)  # the rows still decoding, in cache order
     for step in range(steps):
         last = logits[:, -1, :]
-        next_ids = last.argmax(dim=-1)
+        next_ids = (last if noise is None else last.float() + noise[going, step]).argmax(dim=-1)
         generated[going, step] = next_ids
         step_logprobs = last.float().log_softmax(dim=-1)
         logprobs[going, step] = step_logprobs.gather(1, next_ids[:, None])[:, 0]
@@ -91,6 +92,18 @@ def read_logprobs(model, x, generated):
     return logits[:, -steps:].float().log_softmax(dim=-1).gather(2, generated[:, :, None])[:, :, 0]
 
 
+def length_batches(prompt_ids, batch_size):
+    """The indices of the prompts in batches of at most batch_size, each of one length."""
+    by_length = {}
+    for i, ids in enumerate(prompt_ids):
+        by_length.setdefault(len(ids), []).append(i)
+    return [
+        rows[j : j + batch_size]
+        for rows in by_length.values()
+        for j in range(0, len(rows), batch_size)
+    ]
+
+
 def greedy_completions(
     model,
     prompts,
@@ -115,14 +128,7 @@ def greedy_completions(
         if sequential:
             batches = [[i] for i in range(len(prompt_ids))]
         else:
-            by_length = {}
-            for i, ids in enumerate(prompt_ids):
-                by_length.setdefault(len(ids), []).append(i)
-            batches = [
-                rows[j : j + batch_size]
-                for rows in by_length.values()
-                for j in range(0, len(rows), batch_size)
-            ]
+            batches = length_batches(prompt_ids, batch_size)
         generated = [None] * len(prompt_ids)
         for rows in batches:
             x = torch.tensor([prompt_ids[i] for i in rows], dtype=torch.long, device=device)
@@ -136,6 +142,45 @@ def greedy_completions(
                 text = "".join(corpus.itos[i] for i in ids)
                 generated[i] = (text, logprobs[row].tolist()) if scored else text
     return generated
+
+
+def gumbel_noise(seed, steps, vocab_size, temperature, banned=()):
+    """
+    Noise (steps, V) whose sum with a row's logits has its argmax drawn from softmax(logits /
+    temperature), never a `banned` id: temperature times Gumbel noise, from a generator of its own.
+    Temperature 0 leaves the argmax greedy.
+    """
+    noise = torch.zeros(steps, vocab_size)
+    if temperature:
+        uniform = torch.rand(steps, vocab_size, generator=torch.Generator().manual_seed(seed))
+        noise = -temperature * torch.log(-torch.log(uniform))
+    noise[:, list(banned)] = -math.inf
+    return noise
+
+
+@torch.no_grad()
+def sampled_completions(model, prompts, seeds, corpus, device, steps, temperature, banned=(),
+                        batch_size=256):  # fmt: skip
+    """
+    A continuation drawn at `temperature` after each prompt, `steps` characters or up to the
+    block's end, never a `banned` character. Each row's draws come from its own seed, so that its
+    text does not depend on the prompts decoded beside it.
+    """
+    prompt_ids = [encoded(prompt, corpus.stoi) for prompt in prompts]
+    banned_ids = [corpus.stoi[c] for c in banned if c in corpus.stoi]
+    written = [None] * len(prompts)
+    with eval_mode(model):
+        for rows in length_batches(prompt_ids, batch_size):
+            x = torch.tensor([prompt_ids[i] for i in rows], dtype=torch.long, device=device)
+            steps_here = min(steps, model.get_block_size() - x.size(1))
+            noise = torch.stack([
+                gumbel_noise(seeds[i], steps_here, corpus.vocab_size, temperature, banned_ids)
+                for i in rows
+            ]).to(device)  # fmt: skip
+            ids = greedy_decode_cached(model, x, steps_here, -1, noise=noise).ids
+            for i, row in zip(rows, ids.tolist()):
+                written[i] = "".join(corpus.itos[c] for c in row)
+    return written
 
 
 @dataclasses.dataclass

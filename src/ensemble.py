@@ -2,24 +2,27 @@
 The frames readout's reading and choosing: "Where was NAME born?" asked in the corpus's own words.
 
 The greedy continuation of each writer frame gives a candidate place, and so, where asked, do
-the first places of the person's biography as the model writes it; each candidate is scored
-after every scorer frame. The answer is the learned choice's candidate (choice.py), or
-without its weights the one whose log-probabilities add up highest.
+the first places of the person's biography as the model writes it, greedily and in samples;
+each candidate is scored after every scorer frame. The answer is the learned choice's candidate
+(choice.py), or without its weights the one whose log-probabilities add up highest.
 """
 
 import dataclasses
 import math
+import zlib
+from typing import Optional
 
 import torch
 
 import choice
-from dataset import encoded, known_characters, padded_ids
-from decoding import Answer, greedy_completions
+from dataset import MASK_CHAR, PAD_CHAR, encoded, known_characters, padded_ids
+from decoding import Answer, greedy_completions, sampled_completions
 from frames import NAME, place_in, places_named, prompt
 from utils import eval_mode
 
 PLACE_STEPS = 32  # characters written after a frame, enough for the place
 BIOGRAPHY_STEPS = 100  # characters of a greedy biography written after its name: most of a block
+SAMPLED_PLACES = 2  # the places read from each sampled biography, its first
 
 
 def candidate_set(places):
@@ -36,6 +39,7 @@ class Candidates:
     written: tuple  # the place each writer wrote, "" where it wrote none
     places: tuple  # the candidates (candidate_set)
     scores: tuple  # per candidate, its log-probability after each scorer frame
+    counts: Optional[tuple] = None  # with samples: per candidate, how many samples named it
 
     def summed(self):
         """
@@ -47,7 +51,7 @@ class Candidates:
 
     def features(self):
         """What the learned choice reads of each candidate (choice.features)."""
-        return choice.features(self.scores, self.written, self.places)
+        return choice.features(self.scores, self.written, self.places, self.counts)
 
     def chosen(self, weights=()):
         """
@@ -66,6 +70,26 @@ class Candidates:
         return Candidates(
             written, places, tuple(self.scores[self.places.index(place)] for place in places)
         )
+
+
+def sampled_places(model, corpus, names, skips, device, samples, temperature,
+                   most=SAMPLED_PLACES, banned=(MASK_CHAR, PAD_CHAR)):  # fmt: skip
+    """
+    For each name, the first `most` places of each of `samples` biographies drawn at
+    `temperature`, repeats kept. The mask and pad characters are never drawn, so that a
+    biography goes on instead of turning to a span corruption's answer; each draw is seeded by
+    the name and the sample's number alone.
+    """
+    openings = [prompt(f"{NAME}. ", name) for name in names for _ in range(samples)]
+    seeds = [zlib.crc32(f"{name}\n{k}".encode()) for name in names for k in range(samples)]
+    texts = sampled_completions(
+        model, openings, seeds, corpus, device, BIOGRAPHY_STEPS, temperature, banned
+    )
+    return [
+        [place for text in texts[i * samples : (i + 1) * samples]
+         for place in places_named(text, skips, most)]
+        for i in range(len(names))
+    ]  # fmt: skip
 
 
 def written_places(model, corpus, names, frames, skips, device, biography=0):
@@ -117,12 +141,14 @@ def text_logprobs(model, corpus, prompts, continuations, device, batch_size=256)
     return scores
 
 
-def scored_candidates(model, corpus, names, written, scorers, end, device, places=None):
+def scored_candidates(model, corpus, names, written, scorers, end, device, sampled=None):
     """
-    Each name's Candidates: the places its writers wrote (`written`), or `places` where given,
-    each followed by `end` and scored after every scorer frame.
+    Each name's Candidates: the places its writers wrote (`written`) and, where given, those its
+    samples named (`sampled`, counted), each followed by `end` and scored after every scorer frame.
     """
-    places = places or [candidate_set(row) for row in written]
+    places = [
+        candidate_set([*row, *(sampled[i] if sampled else ())]) for i, row in enumerate(written)
+    ]
     prompts, texts = [], []
     for name, options in zip(names, places):
         for place in options:
@@ -130,11 +156,17 @@ def scored_candidates(model, corpus, names, written, scorers, end, device, place
                 prompts.append(prompt(frame, name))
                 texts.append(known_characters(place + end, corpus.stoi)[0])
     scores = iter(text_logprobs(model, corpus, prompts, texts, device))
-    return [
+    people = [
         Candidates(
             tuple(row), tuple(options), tuple(tuple(next(scores) for _ in scorers) for _ in options)
         )
         for row, options in zip(written, places)
+    ]
+    if sampled is None:
+        return people
+    return [
+        dataclasses.replace(person, counts=tuple(named.count(p) for p in person.places))
+        for person, named in zip(people, sampled)
     ]
 
 
@@ -150,13 +182,23 @@ class Ensemble:
     weights: tuple = ()
     # the greedy biography's first places among the candidates, each written as by a writer
     biography: int = 0
+    # biographies sampled for each person: the places they name among the candidates, counted
+    samples: int = 0
+    temperature: float = 1.0  # the samples'
 
     def candidates(self, model, corpus, names, device):
-        """Each name's Candidates under this ensemble's frames."""
+        """Each name's Candidates under this ensemble's frames and samples."""
         written = written_places(
             model, corpus, names, self.writers, self.skips, device, self.biography
         )
-        return scored_candidates(model, corpus, names, written, self.scorers, self.end, device)
+        sampled = None
+        if self.samples:
+            sampled = sampled_places(
+                model, corpus, names, self.skips, device, self.samples, self.temperature
+            )
+        return scored_candidates(
+            model, corpus, names, written, self.scorers, self.end, device, sampled
+        )
 
     def chosen(self, candidates):
         """The (answer, its summed log-probability) chosen among each person's candidates."""

@@ -118,7 +118,12 @@ def rank_answers(cfg, metadata, corpus, model, rows, device):
     training = read_pairs(training_path, "finetuning corpus", question_place_pairs)
     frames.names_of(training, training_path, corpus.stoi)
     pairs = [(question, place) for _, question, place in training]
-    how = dict(learned=r.readout_choice == "learned", biography=r.readout_biography)
+    how = dict(
+        learned=r.readout_choice == "learned",
+        biography=r.readout_biography,
+        samples=r.readout_samples,
+        temperature=r.readout_temperature,
+    )
     fit = functools.partial(
         fitting.fitted_ensemble, model, corpus, pairs, r.readout_frames, device, **how
     )

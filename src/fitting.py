@@ -29,11 +29,13 @@ KEPT = ".readout.json"  # the kept readout's file: the params' path and this
 FIT_VERSION = 3
 
 
-def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=False, biography=0):
+def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=False, biography=0,
+                    samples=0, temperature=1.0):  # fmt: skip
     """
-    The ensemble of `writers` frames and the greedy biography's first `biography` places, fitted on
-    the training pairs, with the learned choice's weights if `learned`. Each writer is picked as the
-    frame that adds most to the summed choice.
+    The ensemble of `writers` frames, the greedy biography's first `biography` places and those of
+    `samples` biographies drawn at `temperature`, fitted on the training pairs, with the learned
+    choice's weights if `learned`. Each writer is picked as the frame that adds most to the summed
+    choice.
     """
     mined = mine(corpus.data, pairs, least_people(pairs))
     if not mined.frames:
@@ -73,7 +75,12 @@ def fitted_ensemble(model, corpus, pairs, writers, device, pool=POOL, learned=Fa
             )
         )
     fitted = Ensemble(
-        tuple(mined_frames[pooled[j]] for j in picked), scorers, mined.skips, biography=biography
+        tuple(mined_frames[pooled[j]] for j in picked),
+        scorers,
+        mined.skips,
+        biography=biography,
+        samples=samples,
+        temperature=temperature,
     )
     if not learned:
         return fitted
@@ -155,12 +162,8 @@ def kept_ensemble(fitted_on, settings, fit):
             kept = json.load(f)
         if kept["key"] == key:
             found = kept["ensemble"]
-            writers, scorers, skips, weights = (
-                tuple(found[k]) for k in ("writers", "scorers", "skips", "weights")
-            )
-            return Ensemble(
-                writers, scorers, frozenset(skips), found["end"], weights, found["biography"]
-            )
+            lists = {k: tuple(found[k]) for k in ("writers", "scorers", "weights")}
+            return Ensemble(**found | lists | dict(skips=frozenset(found["skips"])))
     if kept is not None:
         logger.warning("%s was fitted on other files or settings: fitting the readout again", path)
     fitted = fit()

@@ -30,7 +30,14 @@ def test_the_identity_covers_every_recipe_field_by_construction():
     base = pipeline.run_identity(CFG, DATASET, vocab_size=256)
     fields = dataclasses.fields(Recipe)
     reading = {field.name for field in fields if field.metadata.get("reading")}
-    assert reading == {"readout", "readout_frames", "readout_choice", "readout_biography"}
+    assert reading == {
+        "readout",
+        "readout_frames",
+        "readout_choice",
+        "readout_biography",
+        "readout_samples",
+        "readout_temperature",
+    }
     for field in fields:
         value = another_value(field, getattr(HANDOUT, field.name))
         other = pipeline.run_identity(

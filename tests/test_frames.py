@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import choice
+import decoding
 import ensemble
 import fitting
 import frames
@@ -35,7 +36,7 @@ from conftest import (
     small_gpt,
 )
 from conftest import run_main as main
-from dataset import MASK_CHAR, known_characters
+from dataset import MASK_CHAR, PAD_CHAR, known_characters
 from decoding import Answer
 from errors import RunError
 from evaluation import details_lines
@@ -284,19 +285,21 @@ def test_the_fitted_readout_is_kept_and_answers_do_not_depend_on_the_questions_f
 ):
     """
     The first evaluate keeps its fitted readout beside the params (with the written biography's
-    first place among the candidates, weighed as a writer); later ones read it back: the dev
-    file reversed, its places shuffled, gets the same answers in its own order. Other training
-    pairs refit it, said in one line.
+    first place among the candidates, weighed as a writer, and two sampled biographies' places,
+    counted); later ones read it back: the dev file reversed, its places shuffled, gets the same
+    answers in its own order. Other training pairs refit it, said in one line.
     """
     wiki, params = frames_world["wiki.txt"], tmp_path / "pre.params"
     shutil.copy(frames_world["params"], params)
     readout = ["--readout", "frames", "--finetune_corpus_path", frames_world["train.tsv"], *WIDE]
-    readout += ["--readout_biography", "1"]
+    readout += ["--readout_biography", "1", "--readout_samples", "2", "--readout_temperature", "0.8"]
     assert main(*evaluate_args("vanilla", wiki, params, frames_world["dev.tsv"], tmp_path / "a"), *readout) == 0
     kept = json.loads((tmp_path / "pre.params.readout.json").read_text(encoding="utf-8"))
     assert len(kept["ensemble"]["writers"]) == HANDOUT.readout_frames and kept["key"]["readout_choice"] == "learned"
     assert kept["ensemble"]["biography"] == 1 and kept["key"]["readout_biography"] == 1
-    assert len(kept["ensemble"]["weights"]) == len(kept["ensemble"]["scorers"]) + HANDOUT.readout_frames + 1 + 1
+    assert (kept["ensemble"]["samples"], kept["ensemble"]["temperature"]) == (2, 0.8)
+    # a weight per scorer, writer and the biography's place, then the length and the samples' count
+    assert len(kept["ensemble"]["weights"]) == len(kept["ensemble"]["scorers"]) + HANDOUT.readout_frames + 1 + 2
     assert kept["key"]["params"] == fitting.file_digest(params)
 
     dev = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
@@ -331,14 +334,21 @@ def test_the_kept_readouts_key_changes_with_every_setting_and_constant_of_the_fi
         files.append(tmp_path / name)
     settings = HANDOUT.reading_settings()
     key = fitting.kept_key(files, settings)
-    assert set(settings) == {"readout", "readout_frames", "readout_choice", "readout_biography"}
+    assert set(settings) == {
+        "readout",
+        "readout_frames",
+        "readout_choice",
+        "readout_biography",
+        "readout_samples",
+        "readout_temperature",
+    }
     for field in dataclasses.fields(HANDOUT):
         if field.name in settings:
             changed = dataclasses.replace(HANDOUT, **{field.name: another_value(field, settings[field.name])})
             assert fitting.kept_key(files, changed.reading_settings()) != key, field.name
     constants = fitting.fit_constants()
     known = {"choice.FLOOR", "choice.L2", "choice.LBFGS_STEPS", "ensemble.PLACE_STEPS", "frames.MOST_WORDS"}
-    known |= {"ensemble.BIOGRAPHY_STEPS", "frames.PLACE_CUE"}
+    known |= {"ensemble.BIOGRAPHY_STEPS", "ensemble.SAMPLED_PLACES", "frames.PLACE_CUE"}
     assert known | {"frames.MIN_SHARE", "fitting.POOL", "fitting.FIT_PEOPLE", "fitting.FIT_VERSION"} < set(constants)
     modules = dict(choice=choice, ensemble=ensemble, frames=frames, fitting=fitting)
     for name, value in constants.items():
@@ -347,6 +357,42 @@ def test_the_kept_readouts_key_changes_with_every_setting_and_constant_of_the_fi
             patched.setattr(modules[module], constant, value * 2 if not isinstance(value, str) else value + "!")
             assert fitting.kept_key(files, settings) != key, name
     assert fitting.kept_key(files, settings) == key
+
+
+def test_gumbel_noise_draws_from_the_softmax_at_the_temperature_never_a_banned_id():
+    """
+    The argmax of logits plus decoding.gumbel_noise is a draw from softmax(logits / temperature)
+    over the ids not banned: its shares over 20,000 draws, each seeded row its own, match it.
+    """
+    logits = torch.tensor([2.0, 1.0, 0.0, 3.0])
+    for temperature in (0.5, 2.0):
+        noise = decoding.gumbel_noise(7, 20_000, 4, temperature, banned=[3])
+        shares = torch.bincount((logits + noise).argmax(1), minlength=4) / 20_000
+        assert shares[3] == 0
+        assert shares[:3].tolist() == pytest.approx((logits[:3] / temperature).softmax(0).tolist(), abs=0.015)
+    assert torch.equal(decoding.gumbel_noise(7, 5, 4, 1.0), decoding.gumbel_noise(7, 5, 4, 1.0))
+    assert not torch.equal(decoding.gumbel_noise(7, 5, 4, 1.0), decoding.gumbel_noise(8, 5, 4, 1.0))
+
+
+def test_sampled_biographies_differ_never_mask_and_each_persons_draws_are_their_own(frames_world):
+    """
+    Each person's sampled biographies are drawn from seeds of their own: asked alone or with
+    others, a person gets the same places; the samples differ from one another, and none holds
+    the mask or pad character, so each goes on as a biography.
+    """
+    cfg = RunConfig("evaluate", "vanilla", frames_world["wiki.txt"], reading_params_path=frames_world["params"],
+                    device="cpu")  # fmt: skip
+    setup, _ = pipeline.load(cfg)
+    names = [name_of(line.split("\t")[0]) for line in lines_of(frames_world["dev.tsv"])[:5]]
+    together = ensemble.sampled_places(setup.model, setup.corpus, names, frozenset(), "cpu", 3, 1.0)
+    alone = [ensemble.sampled_places(setup.model, setup.corpus, [name], frozenset(), "cpu", 3, 1.0)[0]
+             for name in names]  # fmt: skip
+    assert together == alone and any(together)
+    openings = [f"{name}. " for name in names for _ in range(3)]
+    texts = decoding.sampled_completions(setup.model, openings, list(range(len(openings))), setup.corpus, "cpu", 60,
+                                         1.0, banned=(MASK_CHAR, PAD_CHAR))  # fmt: skip
+    assert all(len(text) == 60 and MASK_CHAR not in text and PAD_CHAR not in text for text in texts)
+    assert len(set(texts)) > len(names)
 
 
 def test_a_persons_candidates_give_the_summed_and_the_learned_choice():
