@@ -6,6 +6,8 @@ for everyone. The untrained model has the sizes of the params read and the initi
 of --seed (those its pretraining started from); --recipe and run.py's recipe flags (such as
 --readout_biography) give the readout it is asked with (its writers and choice, fitted on the
 training people as evaluate fits them), which should be the one the predictions were asked with.
+Last, the gold control: the params read out on the held-out file as it is and with its places
+shuffled, which must answer every question alike, since a readout never sees the places asked.
 
     python experiments/controls.py vanilla wiki.txt --reading_params_path pretrain.params \\
         --predictions dev.predictions [more.predictions ...] [--eval_corpus_path birth_dev.tsv] \\
@@ -14,6 +16,7 @@ training people as evaluate fits them), which should be the one the predictions 
 
 import dataclasses
 import os
+import random
 import tempfile
 import time
 
@@ -55,6 +58,23 @@ def never_pretrained(cfg, folder):
     return pipeline.evaluate(dataclasses.replace(cfg, reading_params_path=path, outputs_path=outputs)).predictions
 
 
+def gold_shuffled(cfg, rows, folder):
+    """
+    How many of the params' answers stay the same when the held-out file's places are shuffled: all
+    of them, unless the gold reaches the readout.
+    """
+    places = [place for _, _, place in rows]
+    random.Random(0).shuffle(places)
+    shuffled = os.path.join(folder, "shuffled.tsv")
+    with open(shuffled, "w", encoding="utf-8") as f:
+        f.writelines(f"{question}\t{place}\n" for (_, question, _), place in zip(rows, places))
+    answers = [
+        pipeline.evaluate(dataclasses.replace(cfg, eval_corpus_path=path, outputs_path=os.path.join(folder, name)))
+        for path, name in ((cfg.eval_corpus_path, "as.predictions"), (shuffled, "shuffled.predictions"))
+    ]
+    return sum(a == b for a, b in zip(answers[0].predictions, answers[1].predictions))
+
+
 def main(argv=None):
     parser = params_parser(__doc__, "the params the predictions come from (their sizes)", prog="controls.py")
     parser.add_argument("--predictions", nargs="+", required=True, help="what evaluate answered, a line per question")
@@ -76,10 +96,12 @@ def main(argv=None):
         started = time.process_time()
         with tempfile.TemporaryDirectory() as folder:
             columns["never pretrained"] = never_pretrained(pipeline.with_resolved_recipe(cfg)[0], folder)
-        seconds = time.process_time() - started
-        columns["London for all"] = ["London"] * len(held_out)
-        print_split(load_corpus(cfg.pretrain_corpus_path), held_out, columns)
-        print(f"\nCPU time of the untrained model's readout: {seconds:.0f} s")
+            seconds = time.process_time() - started
+            columns["London for all"] = ["London"] * len(held_out)
+            print_split(load_corpus(cfg.pretrain_corpus_path), held_out, columns)
+            print(f"\nCPU time of the untrained model's readout: {seconds:.0f} s")
+            same = gold_shuffled(pipeline.with_resolved_recipe(cfg)[0], rows, folder)
+            print(f"the held-out places shuffled: {same} of {len(rows)} answers unchanged")
 
     return exit_status("controls.py", run)
 

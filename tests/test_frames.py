@@ -561,6 +561,7 @@ def test_the_controls_split_the_answers_by_whether_the_biography_names_the_place
     """
     experiments/controls.py: right answers counted in each part, beside an untrained model's and
     London's; the untrained model is asked with the recipe flags given (here the biography's place).
+    The params' answers stay the same with the held-out places shuffled.
     """
     held_out = [line.split("\t") for line in lines_of(frames_world["dev.tsv"])]
     held_out.append([held_out[0][0], "London"])  # a place the person's biography does not name
@@ -569,11 +570,15 @@ def test_the_controls_split_the_answers_by_whether_the_biography_names_the_place
     answers = ["nowhere"] + [place for _, place in held_out[1:]]
     predictions = tmp_path / "dev.predictions"
     predictions.write_text("".join(f"{answer}\n" for answer in answers), encoding="utf-8")
-    argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
+    # a copy: the gold control keeps its fitted readout beside the params, which the other tests share
+    params = str(copy_params(frames_world["params"], tmp_path))
+    argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", params, "--device", "cpu"]
     argv += ["--predictions", str(predictions), "--eval_corpus_path", str(asked), "--readout_biography", "1"]
     capsys.readouterr()
     assert run_script("controls", *argv, "--finetune_corpus_path", frames_world["train.tsv"]) == 0
-    rows = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == f"the held-out places shuffled: {len(held_out)} of {len(held_out)} answers unchanged"
+    rows = [line.strip("| ").split(" | ") for line in out.splitlines() if line.startswith("| ")]
     assert rows[0] == ["held-out people", "`dev.predictions`", "never pretrained", "London for all"]
     people = len(held_out)
     assert [row[0] for row in rows[2:]] == [
