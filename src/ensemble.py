@@ -146,9 +146,8 @@ def scored_candidates(model, corpus, names, written, scorers, end, device, sampl
     Each name's Candidates: the places its writers wrote (`written`) and, where given, those its
     samples named (`sampled`, counted), each followed by `end` and scored after every scorer frame.
     """
-    places = [
-        candidate_set([*row, *(sampled[i] if sampled else ())]) for i, row in enumerate(written)
-    ]
+    named = sampled if sampled is not None else [None] * len(written)
+    places = [candidate_set([*row, *(samples or ())]) for row, samples in zip(written, named)]
     prompts, texts = [], []
     for name, options in zip(names, places):
         for place in options:
@@ -156,17 +155,14 @@ def scored_candidates(model, corpus, names, written, scorers, end, device, sampl
                 prompts.append(prompt(frame, name))
                 texts.append(known_characters(place + end, corpus.stoi)[0])
     scores = iter(text_logprobs(model, corpus, prompts, texts, device))
-    people = [
-        Candidates(
-            tuple(row), tuple(options), tuple(tuple(next(scores) for _ in scorers) for _ in options)
-        )
-        for row, options in zip(written, places)
-    ]
-    if sampled is None:
-        return people
     return [
-        dataclasses.replace(person, counts=tuple(named.count(p) for p in person.places))
-        for person, named in zip(people, sampled)
+        Candidates(
+            tuple(row),
+            tuple(options),
+            tuple(tuple(next(scores) for _ in scorers) for _ in options),
+            None if samples is None else tuple(samples.count(place) for place in options),
+        )
+        for row, options, samples in zip(written, places, named)
     ]
 
 
