@@ -147,9 +147,14 @@ def run_script(name, *argv):
 
 def run_main_exit(capsys, *args):
     """run.py's main in this process, argparse's exits included: (exit code, what it said on stderr)."""
+    return main_exit(capsys, run_main, *args)
+
+
+def main_exit(capsys, main, *args):
+    """main(*args) in this process, argparse's exits included: (exit code, what it said on stderr)."""
     capsys.readouterr()
     try:
-        code = run_main(*args)
+        code = main(*args)
     except SystemExit as e:
         code = e.code
     return code, capsys.readouterr().err

@@ -12,8 +12,11 @@ from conftest import ROOT, TINY, run_process
 from world import write_world
 
 SMOKE_STAGES = "corpus+pairs; corpus+pairs epochs=1 lr=3e-4 max_shift=13 decay_epochs=1"
+# Two writers and no biography: an untrained model writes every line to its end, and these tests are
+# about running, keeping and resuming; test_frames tests the readout's candidates.
+SMOKE_READOUT = ["--readout_frames", "2", "--readout_biography", "0"]
 SMOKE = ["--pretrain_epochs", "1", "--pretrain_stages", SMOKE_STAGES, "--finetune_epochs_from_scratch", "1",
-         "--finetune_epochs_from_pretrained", "1", *TINY]  # fmt: skip
+         "--finetune_epochs_from_pretrained", "1", *SMOKE_READOUT, *TINY]  # fmt: skip
 DEADLINE = 300  # seconds any run of the table may take before the test fails
 QUIET = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

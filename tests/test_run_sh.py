@@ -76,7 +76,7 @@ def test_a_changed_readout_or_data_file_reruns_only_what_reads_it(sequential, tm
     folder = tmp_path / "changed"
     shutil.copytree(reference, folder, symlinks=True)
     trained = mtimes(folder, *TRAININGS)
-    done = run_table(folder, "--jobs", "1", "--readout_frames", "2")  # a reading setting: no training again
+    done = run_table(folder, "--jobs", "1", "--readout_frames", "3")  # a reading setting: no training again
     assert done.returncode == 0, done.stderr[-3000:]
     assert mtimes(folder, *TRAININGS) == trained
     assert "== vanilla without pretraining: kept" not in done.stderr  # its evaluations read the readout's settings
@@ -87,7 +87,7 @@ def test_a_changed_readout_or_data_file_reruns_only_what_reads_it(sequential, tm
     dev = mtimes(folder, *dev_predictions)
     tests = folder / "data" / "birth_test_inputs.tsv"
     tests.write_text("".join(tests.read_text(encoding="utf-8").splitlines(keepends=True)[:-1]), encoding="utf-8")
-    done = run_table(folder, "--jobs", "1", "--readout_frames", "2")
+    done = run_table(folder, "--jobs", "1", "--readout_frames", "3")
     assert done.returncode == 0, done.stderr[-3000:]
     assert mtimes(folder, *TRAININGS, *dev_predictions) == trained + dev  # only the test evaluations read it
     for prefix in ("nopretrain", "pretrain", "frames"):

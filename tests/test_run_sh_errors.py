@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import torch
 
+from conftest import main_exit
 from tables import (
     DEADLINE,
     assignment_copy,
@@ -78,19 +79,37 @@ def test_a_failed_row_is_named_in_one_line_and_the_others_finish(tmp_path):
     assert rows[3].startswith("| vanilla without pretraining | ") and "failed" not in rows[3]
 
 
-def test_bad_input_is_one_line_and_nothing_runs(tmp_path):
+JOBS = "run.sh: error: argument --jobs: takes a positive number of rows to run at once, got '0'"
+
+
+@pytest.mark.parametrize(
+    "args, variants, said",
+    [
+        (["--pretrain_epochs", "x"], None, "run.sh: error: argument --pretrain_epochs: 'x' is not an int"),
+        (["--jobs", "0"], None, JOBS),
+        ([], "vanilla gpt", "run.sh: error: VARIANTS: unknown variant 'gpt'"),
+    ],
+)
+def test_bad_input_is_one_line_and_nothing_runs(tmp_path, monkeypatch, capsys, args, variants, said):
+    """The table's main in this process, as run.sh calls it: exit code 2, one line, nothing written."""
+    import assignment
+
     folder = assignment_copy(tmp_path / "bad")
-    jobs = "run.sh: error: argument --jobs: takes a positive number of rows to run at once, got '0'"
-    for args, env, said in [
-        (["--pretrain_epochs", "x"], {}, "run.sh: error: argument --pretrain_epochs: 'x' is not an int"),
-        (["--jobs", "0"], {}, jobs),
-        ([], {"VARIANTS": "vanilla gpt"}, "run.sh: error: VARIANTS: unknown variant 'gpt'"),
-        ([], {"REMOVE": "birth_dev.tsv"}, "run.sh: birth_dev.tsv is neither here nor in data/: see data/README.md"),
-    ]:
-        if env.pop("REMOVE", None):
-            (folder / "data" / "birth_dev.tsv").unlink()
-        command = ["bash", str(folder / "run.sh"), *args]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
-        assert done.returncode == 2 and done.stderr.strip().startswith(said), done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1
+    if variants:
+        monkeypatch.setenv("VARIANTS", variants)
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(assignment, "Table", None)  # a table that got past its checks fails here, before any row
+    code, err = main_exit(capsys, assignment.main, args)
+    assert code == 2 and err.strip().startswith(said), err
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in folder.iterdir()) == ["data", "run.sh", "src"]
+
+
+def test_run_sh_says_a_missing_data_file_in_one_line(tmp_path):
+    """run.sh in a folder of its own whose data/ lacks a file (the checkout's data/ is not looked at)."""
+    folder = assignment_copy(tmp_path / "bad")
+    (folder / "data" / "birth_dev.tsv").unlink()
+    done = subprocess.run(["bash", str(folder / "run.sh")], capture_output=True, text=True, timeout=60)
+    said = "run.sh: birth_dev.tsv is neither here nor in data/: see data/README.md"
+    assert done.returncode == 2 and done.stderr.strip() == said, done.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["data", "run.sh", "src"]
