@@ -93,11 +93,13 @@ JOBS = "run.sh: error: argument --jobs: takes a positive number of rows to run a
 def test_bad_input_is_one_line_and_nothing_runs(tmp_path, monkeypatch, capsys, args, variants, said):
     """The table's main in this process, as run.sh calls it: exit code 2, one line, nothing written."""
     import assignment
+    import files
 
     folder = assignment_copy(tmp_path / "bad")
     if variants:
         monkeypatch.setenv("VARIANTS", variants)
     monkeypatch.chdir(folder)
+    monkeypatch.setattr(files, "DATA_DIR", folder / "data")  # the copy's data/, as its src/ would find it
     monkeypatch.setattr(assignment, "Table", None)  # a table that got past its checks fails here, before any row
     code, err = main_exit(capsys, assignment.main, args)
     assert code == 2 and err.strip().startswith(said), err
