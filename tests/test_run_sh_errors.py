@@ -24,7 +24,7 @@ from tables import (
 def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(tmp_path):
     """SIGINT to the table alone (a notebook's stop, Ctrl-C): each running row stops cleanly, and the table says so."""
     folder = assignment_copy(tmp_path / "stopped")
-    longer = ["--pretrain_epochs", "4", "--finetune_epochs_from_scratch", "100"]  # both rows still training
+    longer = ["--pretrain_epochs", "100", "--finetune_epochs_from_scratch", "100"]  # both rows still training
     command, environment = table_command("--jobs", "2", *longer)
     with subprocess.Popen(command, cwd=folder, env=environment, start_new_session=True, stderr=subprocess.PIPE,
                           text=True) as process:  # fmt: skip
