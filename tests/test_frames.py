@@ -202,6 +202,7 @@ def lines_of(path):
     return open(path, encoding="utf-8").read().splitlines()
 
 
+@pytest.mark.slow  # the first test to ask for the frames world, which pretrains it
 def test_evaluate_asks_in_the_frames_and_answers_each_name_as_if_asked_alone(frames_world, tmp_path, capsys):
     """
     Pretrained on the biographies alone, never on a question: `evaluate --readout frames`
