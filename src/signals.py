@@ -50,8 +50,9 @@ def stop_signals_caught(enabled):
 
 def leave_stop_signals_to_the_main_process(worker_id):
     """
-    A DataLoader worker takes SIGTERM as a Ctrl-C and ends quietly, instead of ending the run with
-    the DataLoader's error. The main process, signalled with the process group, stops after its step
-    and writes its checkpoint.
+    A DataLoader worker ignores SIGINT and SIGTERM: the main process, signalled with the process
+    group, stops after its step and ends its workers. A worker that died of the signal would leave
+    a batch drawn in the background waiting out the DataLoader's five-second check on its workers.
     """
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
