@@ -4,6 +4,7 @@ so that --resume goes on from it. DataLoader workers leave the signal to the mai
 """
 
 import contextlib
+import os
 import signal
 import threading
 
@@ -50,9 +51,12 @@ def stop_signals_caught(enabled):
 
 def leave_stop_signals_to_the_main_process(worker_id):
     """
-    A DataLoader worker ignores SIGINT and SIGTERM: the main process, signalled with the process
-    group, stops after its step and ends its workers. A worker that died of the signal would leave
-    a batch drawn in the background waiting out the DataLoader's five-second check on its workers.
+    A DataLoader worker runs in a session of its own, so that a signal to the terminal's or the run's
+    process group reaches the main process alone, which stops after its step and ends its workers (a
+    worker killed first would stall a batch drawn in the background for the DataLoader's 5-second
+    check). SIGTERM to the worker itself, as the DataLoader and multiprocessing end workers, ends it
+    quietly.
     """
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
+    if hasattr(os, "setsid"):  # POSIX only
+        os.setsid()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -14,7 +14,6 @@ import time
 import pytest
 import torch
 import torch.multiprocessing as mp
-from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL
 
 import checkpoint
 import pipeline
@@ -105,6 +104,11 @@ def test_resume_after_sigkill_ends_like_an_uninterrupted_run(tiny_world, tmp_pat
     assert all(torch.equal(whole_state[k], cut_state[k]) for k in whole_state)
 
 
+# how long a DataLoader waits on its workers before it checks that they live
+# (torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL)
+DATALOADER_CHECK_SECONDS = 5.0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, workers", [(signal.SIGINT, 0), (signal.SIGTERM, 2)])
 def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, workers, tiny_world, tmp_path, caplog):
@@ -134,9 +138,10 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, wor
     os.killpg(process.pid, signum)
     signalled = time.monotonic()
     err = process.communicate(timeout=120)[1]
-    # its workers, signalled too, are still there to end: no wait for the DataLoader's check on them
-    assert time.monotonic() - signalled < MP_STATUS_CHECK_INTERVAL
+    stopped_in = time.monotonic() - signalled
     assert process.returncode == 128 + signum, err
+    # the workers left the group's signal to the main process: no wait for the DataLoader's check
+    assert stopped_in < DATALOADER_CHECK_SECONDS, (stopped_in, err)
     said = [line for line in err.splitlines() if line.startswith("run.py:")]
     assert len(said) == 1 and f"stopped by {signal.Signals(signum).name} after step" in said[0], err
     assert "--resume" in said[0] and "Traceback" not in err
@@ -146,6 +151,39 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, wor
     caplog.clear()
     assert main(*common, "--resume") == 0  # the resumed run in this process
     assert "resuming from" in caplog.text and (tmp_path / "p.params").exists(), caplog.text
+
+
+# A dataset whose sixth item fails, read by a DataLoader worker set up as the Trainer sets up its
+# own; the error leaves the script holding the iterator, so only the interpreter's exit ends the worker.
+FAILING_WORKER = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+from signals import leave_stop_signals_to_the_main_process
+
+class Failing(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise ValueError("item 5 cannot be read")
+        return torch.tensor(i)
+
+loader = DataLoader(Failing(), num_workers=1, persistent_workers=True,
+                    worker_init_fn=leave_stop_signals_to_the_main_process)
+for batch in loader:
+    pass
+"""
+
+
+def test_a_failing_worker_ends_the_run_with_its_error():
+    """
+    The error is said and the process ends: at exit, multiprocessing ends a worker with SIGTERM,
+    which the worker must not ignore, or the exit waits for it forever.
+    """
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    done = subprocess.run([sys.executable, "-c", FAILING_WORKER], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "item 5 cannot be read" in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.slow
