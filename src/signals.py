@@ -51,11 +51,11 @@ def stop_signals_caught(enabled):
 
 def leave_stop_signals_to_the_main_process(worker_id):
     """
-    A DataLoader worker runs in a session of its own, so that a signal to the terminal's or the run's
-    process group reaches the main process alone, which stops after its step and ends its workers (a
-    worker killed first would stall a batch drawn in the background for the DataLoader's 5-second
-    check). SIGTERM to the worker itself, as the DataLoader and multiprocessing end workers, ends it
-    quietly.
+    A DataLoader worker runs in a session of its own, so that a signal to the terminal's or the
+    run's process group reaches the main process alone, which stops after its step and ends its
+    workers (a worker killed first would stall a batch drawn in the background for the DataLoader's
+    5-second check). SIGTERM to the worker itself, as the DataLoader and multiprocessing end
+    workers, ends it quietly.
     """
     if hasattr(os, "setsid"):  # POSIX only
         os.setsid()
