@@ -54,9 +54,7 @@ def leave_stop_signals_to_the_main_process(worker_id):
     A DataLoader worker runs in a session of its own, so that a signal to the terminal's or the
     run's process group reaches the main process alone, which stops after its step and ends its
     workers (a worker killed first would stall a batch drawn in the background for the DataLoader's
-    5-second check). SIGTERM to the worker itself, as the DataLoader and multiprocessing end
-    workers, ends it quietly.
+    5-second check). A SIGTERM to the worker itself still ends it, by torch's own handler.
     """
     if hasattr(os, "setsid"):  # POSIX only
         os.setsid()
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
