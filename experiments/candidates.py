@@ -87,7 +87,8 @@ def sources_table(model, corpus, fitted, last, args, device):
 
     def sampled(samples, temperature, unmasked, most):
         banned = (MASK_CHAR, PAD_CHAR) if unmasked else ()
-        return sampled_places(model, corpus, names, fitted.skips, device, samples, temperature, most, banned)
+        per_sample = sampled_places(model, corpus, names, fitted.skips, device, samples, temperature, most, banned)
+        return [[place for sample in person for place in sample] for person in per_sample]
 
     def timed(label, make):
         began = time.perf_counter()

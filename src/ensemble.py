@@ -75,10 +75,10 @@ class Candidates:
 def sampled_places(model, corpus, names, skips, device, samples, temperature,
                    most=SAMPLED_PLACES, banned=(MASK_CHAR, PAD_CHAR)):  # fmt: skip
     """
-    For each name, the first `most` places of each of `samples` biographies drawn at
-    `temperature`, repeats kept. The mask and pad characters are never drawn, so that a
-    biography goes on instead of turning to a span corruption's answer; each draw is seeded by
-    the name and the sample's number alone.
+    For each name, a list per sample of the first `most` places of each of `samples` biographies
+    drawn at `temperature`. The mask and pad characters are never drawn, so that a biography goes
+    on instead of turning to a span corruption's answer; each draw is seeded by the name and the
+    sample's number alone, so a name's first N draws are the same whatever `samples` is.
     """
     openings = [prompt(f"{NAME}. ", name) for name in names for _ in range(samples)]
     seeds = [zlib.crc32(f"{name}\n{k}".encode()) for name in names for k in range(samples)]
@@ -86,10 +86,9 @@ def sampled_places(model, corpus, names, skips, device, samples, temperature,
         model, openings, seeds, corpus, device, BIOGRAPHY_STEPS, temperature, banned
     )
     return [
-        [place for text in texts[i * samples : (i + 1) * samples]
-         for place in places_named(text, skips, most)]
+        [places_named(text, skips, most) for text in texts[i * samples : (i + 1) * samples]]
         for i in range(len(names))
-    ]  # fmt: skip
+    ]
 
 
 def written_places(model, corpus, names, frames, skips, device, biography=0):
@@ -189,9 +188,12 @@ class Ensemble:
         )
         sampled = None
         if self.samples:
-            sampled = sampled_places(
-                model, corpus, names, self.skips, device, self.samples, self.temperature
-            )
+            sampled = [
+                [place for sample in person for place in sample]
+                for person in sampled_places(
+                    model, corpus, names, self.skips, device, self.samples, self.temperature
+                )
+            ]
         return scored_candidates(
             model, corpus, names, written, self.scorers, self.end, device, sampled
         )

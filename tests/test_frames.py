@@ -372,8 +372,8 @@ def test_gumbel_noise_draws_from_the_softmax_at_the_temperature_never_a_banned_i
 def test_sampled_biographies_differ_never_mask_and_each_persons_draws_are_their_own(frames_world):
     """
     Each person's sampled biographies are drawn from seeds of their own: asked alone or with
-    others, a person gets the same places; the samples differ from one another, and none holds
-    the mask or pad character, so each goes on as a biography.
+    others, or for fewer samples, a person gets the same places; the samples differ from one
+    another, and none holds the mask or pad character, so each goes on as a biography.
     """
     cfg = RunConfig("evaluate", "vanilla", frames_world["wiki.txt"], reading_params_path=frames_world["params"],
                     device="cpu")  # fmt: skip
@@ -382,7 +382,9 @@ def test_sampled_biographies_differ_never_mask_and_each_persons_draws_are_their_
     together = ensemble.sampled_places(setup.model, setup.corpus, names, frozenset(), "cpu", 3, 1.0)
     alone = [ensemble.sampled_places(setup.model, setup.corpus, [name], frozenset(), "cpu", 3, 1.0)[0]
              for name in names]  # fmt: skip
-    assert together == alone and any(together)
+    assert together == alone and any(place for person in together for sample in person for place in sample)
+    fewer = ensemble.sampled_places(setup.model, setup.corpus, names, frozenset(), "cpu", 2, 1.0)
+    assert fewer == [person[:2] for person in together]
     openings = [f"{name}. " for name in names for _ in range(3)]
     texts = decoding.sampled_completions(setup.model, openings, list(range(len(openings))), setup.corpus, "cpu", 60,
                                          1.0, banned=(MASK_CHAR, PAD_CHAR))  # fmt: skip
