@@ -35,7 +35,7 @@ from arguments import params_parser, reading_config
 from cli import exit_status
 from dataset import MASK_CHAR, PAD_CHAR
 from distributed import exit_process
-from ensemble import sampled_places, written_places
+from ensemble import every_sample, sampled_places, written_places
 from fitting import fitted_ensemble
 from frames import names_in
 from inputs import answered_pairs
@@ -88,7 +88,7 @@ def sources_table(model, corpus, fitted, last, args, device):
     def sampled(samples, temperature, unmasked, most):
         banned = (MASK_CHAR, PAD_CHAR) if unmasked else ()
         per_sample = sampled_places(model, corpus, names, fitted.skips, device, samples, temperature, most, banned)
-        return [[place for sample in person for place in sample] for person in per_sample]
+        return every_sample(per_sample)
 
     def timed(label, make):
         began = time.perf_counter()

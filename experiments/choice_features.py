@@ -27,7 +27,7 @@ import pipeline
 from arguments import params_parser, reading_config
 from cli import exit_status
 from distributed import exit_process
-from ensemble import Candidates, candidate_set, sampled_places, scored_candidates, written_places
+from ensemble import Candidates, candidate_set, every_sample, sampled_places, scored_candidates, written_places
 from fitting import fitted_ensemble
 from frames import names_in
 from inputs import answered_pairs
@@ -94,8 +94,9 @@ def main(argv=None):
         names, places = names_in(pairs), [place for _, place in pairs]
         written = written_places(model, corpus, names, fitted.writers, fitted.skips, device, biography=2)
         per_sample = sampled_places(model, corpus, names, fitted.skips, device, args.samples, args.temperature)
-        named = [[place for sample in person for place in sample] for person in per_sample]
-        people = scored_candidates(model, corpus, names, written, fitted.scorers, fitted.end, device, named)
+        people = scored_candidates(
+            model, corpus, names, written, fitted.scorers, fitted.end, device, every_sample(per_sample)
+        )
         print(f"{len(pairs)} training people written, sampled and scored in {time.perf_counter() - began:.0f} s\n")
         prior = collections.Counter(places[: len(first)])
         print("| candidates | features | place among them | answered | answered where among them | a person |")

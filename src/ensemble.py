@@ -91,6 +91,11 @@ def sampled_places(model, corpus, names, skips, device, samples, temperature,
     ]
 
 
+def every_sample(per_sample):
+    """Each person's places of sampled_places, sample after sample: what their candidates count."""
+    return [[place for sample in person for place in sample] for person in per_sample]
+
+
 def written_places(model, corpus, names, frames, skips, device, biography=0):
     """
     For each name, the place that the greedy continuation of each frame names (place_in), then
@@ -188,12 +193,11 @@ class Ensemble:
         )
         sampled = None
         if self.samples:
-            sampled = [
-                [place for sample in person for place in sample]
-                for person in sampled_places(
+            sampled = every_sample(
+                sampled_places(
                     model, corpus, names, self.skips, device, self.samples, self.temperature
                 )
-            ]
+            )
         return scored_candidates(
             model, corpus, names, written, self.scorers, self.end, device, sampled
         )

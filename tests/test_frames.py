@@ -620,3 +620,27 @@ def test_the_candidates_study_adds_up_each_source_and_checks_the_choice_among_th
         assert float(answered[:-1]) <= float(among[:-1]) and 0 <= float(where[:-1]) <= 100
     among = [float(row[1][:-1]) for row in rows]
     assert among[0] == among[1] <= among[3] <= among[2]  # fewer samples naming a place keep more places
+
+
+def test_the_choice_features_study_checks_each_number_of_samples_and_features(frames_world, capsys):
+    """
+    experiments/choice_features.py: for each number of samples, a row per set of features; more
+    samples never hold fewer places, one set of candidates holds the same places under every set of
+    features, and no row answers more than its candidates hold.
+    """
+    argv = ["vanilla", frames_world["wiki.txt"], "--reading_params_path", frames_world["params"], "--device", "cpu"]
+    argv += ["--finetune_corpus_path", frames_world["train.tsv"], "--writers", "2", "--samples", "2"]
+    capsys.readouterr()
+    assert run_script("choice_features", *argv, "--counts", "0", "1", "2") == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and "%" in line]
+    readouts = ["the readout's", "log count", "prior"]
+    assert [row[:2] for row in rows] == [
+        *(["writers and greedy biography", f] for f in ["the readout's", "prior"]),
+        *(["writers and greedy biography, 1 samples", f] for f in readouts),
+        *(["writers and greedy biography, 2 samples", f] for f in readouts),
+    ]
+    among = [float(row[2][:-1]) for row in rows]
+    assert among[:2] == [among[0]] * 2 and among[2:5] == [among[2]] * 3 and among[5:] == [among[5]] * 3
+    assert among[0] <= among[2] <= among[5]
+    assert all(float(row[3][:-1]) <= float(row[2][:-1]) for row in rows)
