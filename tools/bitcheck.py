@@ -3,7 +3,7 @@ Proves a refactor exact: runs the course's commands on the real data cut short, 
 prints the sha256 of every params and predictions file they write. Run it at two commits and
 compare the lists (diff); any line that differs is a change of results.
 
-    python tools/bitcheck.py OUT_DIR [--data ../shared/data/a5]
+    python tools/bitcheck.py OUT_DIR --data DATA_DIR
 
 It covers the handout and cpu recipes (vanilla and perceiver: pretrain, finetune, evaluate by the
 question and by frames), ./run.sh's table for vanilla, and ./run.sh demo (its predictions and kept
@@ -73,7 +73,7 @@ def course_commands(recipe, variant, data, out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "a5")
+    parser.add_argument("--data", type=Path, required=True, help="the folder of the four files")
     args = parser.parse_args()
     out = args.out.resolve()
     if out.exists():
@@ -93,9 +93,7 @@ def main():
     demo = dict(env, DEMO_DIR=str(out / "demo"), DEMO_FLAGS="--pretrain_epochs 4")
     run([str(ROOT / "run.sh"), "demo"], out, demo)
     written = sorted(
-        p
-        for p in out.rglob("*")
-        if p.is_file() and p.name.endswith((".params", ".predictions", ".readout.json"))
+        p for p in out.rglob("*") if p.is_file() and p.name.endswith((".params", ".predictions", ".readout.json"))
     )
     for path in written:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
