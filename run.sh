@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole assignment, from the repository root (src/assignment.py says what it runs):
+# The whole assignment, from the repository root (src/factgpt/table/assignment.py says what it
+# runs):
 #   ./run.sh                      every row, its table in results.md and results.json
 #   ./run.sh --jobs N             N rows side by side, each with its share of the threads
 #   VARIANTS="vanilla rope" ./run.sh   only these pretrained variants (default: all four)
@@ -8,4 +9,5 @@
 # PYTHON picks the interpreter (default: python3).
 set -euo pipefail
 cd "$(dirname "$0")"
-exec "${PYTHON:-python3}" src/assignment.py "$@"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+exec "${PYTHON:-python3}" -m factgpt.table.assignment "$@"

@@ -75,20 +75,22 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from arguments import OneLineParser, add_recipe_flags, given_recipe
-from config import BLOCK_SIZE, HANDOUT, HANDOUT_BOTTLENECK_DIM, Stage
 from dataset import CharCorruptionDataset, NameDataset, known_characters
-from decoding import predict_places
 from dispatches import DispatchCount
-from distributed import DEVICES, pick_device
-from files import DATA_DIR
+from factgpt.common.distributed import DEVICES, pick_device
+from factgpt.common.files import DATA_DIR
+from factgpt.common.questions import read_questions
+from factgpt.corpus.reading import BLOCK_SIZE
+from factgpt.pipeline.trainings import trainer_config
+from factgpt.readout.decoding import predict_places
+from factgpt.settings.command_line import OneLineParser, add_recipe_flags, given_recipe
+from factgpt.settings.recipe import Stage
+from factgpt.settings.recipes import HANDOUT, HANDOUT_BOTTLENECK_DIM
+from factgpt.settings.run_config import RunConfig
+from factgpt.table.world import FILES, write_world
 from model import GPT, VARIANTS, variant_config
-from pipeline import trainer_config
-from questions import read_questions
-from run_config import RunConfig
 from trainer import CPU_MICRO_BATCH, Trainer
 from utils import set_seed
-from world import FILES, write_world
 
 SWEEP_STEPS = 3
 MATMUL_SECONDS = 2.0  # how long the matmul rate is measured (--matmul_seconds)

@@ -29,16 +29,16 @@ import src_path  # noqa: F401
 
 # isort: split
 
-import choice
-import pipeline
-from arguments import params_parser, reading_config
-from cli import exit_status
 from dataset import MASK_CHAR, PAD_CHAR
-from distributed import exit_process
-from ensemble import every_sample, sampled_places, written_places
-from fitting import fitted_ensemble
-from frames import names_in
-from inputs import answered_pairs
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.corpus.reading import answered_pairs
+from factgpt.readout import choice
+from factgpt.readout.ensemble import every_sample, sampled_places, written_places
+from factgpt.readout.fitting import fitted_ensemble
+from factgpt.readout.frames import names_in
+from factgpt.settings.command_line import params_parser, reading_config
 from readout import tuning_split
 
 

@@ -30,16 +30,16 @@ import statistics
 import src_path  # noqa: F401
 
 # isort: split
-import pipeline
-from cli import exit_status
-from decoding import recalled_places
-from distributed import DEVICES, exit_process
-from errors import RunError
-from files import atomic_write
-from inputs import answered_pairs
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import DEVICES, exit_process
+from factgpt.common.errors import RunError
+from factgpt.common.files import atomic_write
+from factgpt.common.questions import score_line
+from factgpt.corpus.reading import answered_pairs
+from factgpt.readout.decoding import recalled_places
+from factgpt.settings.run_config import RunConfig
 from model import VARIANTS
-from questions import score_line
-from run_config import RunConfig
 
 QUINTILES = 5
 RELIABILITY_BINS = 10

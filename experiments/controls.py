@@ -23,16 +23,17 @@ import time
 import src_path  # noqa: F401
 
 # isort: split
-import frames
-import pipeline
-from arguments import add_recipe_flags, given_recipe, params_parser, reading_config
-from cli import exit_status
-from config import RECIPES
-from distributed import exit_process
-from errors import RunError
-from inputs import load_corpus, read_pairs
-from params import save_params_with_metadata
-from questions import question_place_pairs
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.common.errors import RunError
+from factgpt.common.questions import question_place_pairs
+from factgpt.corpus.reading import load_corpus, read_pairs
+from factgpt.pipeline import start
+from factgpt.readout import frames
+from factgpt.settings.command_line import add_recipe_flags, given_recipe, params_parser, reading_config
+from factgpt.settings.recipes import RECIPES
+from factgpt.training.params import save_params_with_metadata
 from readout import print_split
 
 
@@ -51,9 +52,9 @@ def read_predictions(path, count):
 def never_pretrained(cfg, folder):
     """The readout's answers from the model that cfg's sizes and seed build before any training."""
     untrained = dataclasses.replace(cfg, function="pretrain", reading_params_path=None)
-    setup = pipeline.build(untrained, None)
+    setup = start.build(untrained, None)
     path = os.path.join(folder, "untrained.params")
-    save_params_with_metadata(setup.model, path, pipeline.params_metadata(untrained, setup.corpus))
+    save_params_with_metadata(setup.model, path, start.params_metadata(untrained, setup.corpus))
     outputs = os.path.join(folder, "untrained.predictions")
     return pipeline.evaluate(dataclasses.replace(cfg, reading_params_path=path, outputs_path=outputs)).predictions
 
@@ -95,12 +96,12 @@ def main(argv=None):
         columns = {f"`{os.path.basename(path)}`": read_predictions(path, len(held_out)) for path in args.predictions}
         started = time.process_time()
         with tempfile.TemporaryDirectory() as folder:
-            columns["never pretrained"] = never_pretrained(pipeline.with_resolved_recipe(cfg)[0], folder)
+            columns["never pretrained"] = never_pretrained(start.with_resolved_recipe(cfg)[0], folder)
             seconds = time.process_time() - started
             columns["London for all"] = ["London"] * len(held_out)
             print_split(load_corpus(cfg.pretrain_corpus_path), held_out, columns)
             print(f"\nCPU time of the untrained model's readout: {seconds:.0f} s")
-            same = gold_shuffled(pipeline.with_resolved_recipe(cfg)[0], rows, folder)
+            same = gold_shuffled(start.with_resolved_recipe(cfg)[0], rows, folder)
             print(f"the held-out places shuffled: {same} of {len(rows)} answers unchanged")
 
     return exit_status("controls.py", run)

@@ -29,12 +29,13 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-from config import RECIPES
-from files import resolve_data_path
-from pipeline import build, trainer_config
-from run_config import RunConfig
+from factgpt.common.files import resolve_data_path
+from factgpt.pipeline.start import build
+from factgpt.pipeline.trainings import trainer_config
+from factgpt.settings.recipes import RECIPES
+from factgpt.settings.run_config import RunConfig
+from factgpt.training.stage_data import stage_data
 from trainer import Trainer
-from training_data import stage_data
 
 WAYS = {  # Recipe fields, and the passes' rows, the threads and the attention kernels where a way changes them
     "fp32": {},

@@ -31,18 +31,20 @@ from pathlib import Path
 import src_path  # noqa: F401
 
 # isort: split
-import pipeline
-import world
-from arguments import add_recipe_flags
-from cli import exit_status
-from config import DEMO_VARIANT, DEMO_WORLD, RECIPES, Recipe
-from distributed import exit_process
-from errors import RunError
-from evaluation import PROBES, probed_recall
-from inputs import answered_pairs
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.common.errors import RunError
+from factgpt.corpus.reading import answered_pairs
+from factgpt.readout.recall import PROBES, probed_recall
+from factgpt.settings.command_line import add_recipe_flags
+from factgpt.settings.recipe import Recipe
+from factgpt.settings.recipes import RECIPES
+from factgpt.settings.run_config import RunConfig
+from factgpt.table import world
+from factgpt.table.demo import DEMO_VARIANT, DEMO_WORLD
 from london_baseline import most_frequent_place
 from model import VARIANTS
-from run_config import RunConfig
 
 DEMO = RECIPES["demo"]
 PROBED = ("biography", "name")  # the recall probes of every row

@@ -12,10 +12,10 @@ import src_path  # noqa: F401
 # isort: split
 from tqdm.auto import tqdm
 
-from decoding import predict_places
-from evaluation import probed_recall
-from inputs import answered_pairs, encodable_questions
-from params import save_params_with_metadata
+from factgpt.corpus.reading import answered_pairs, encodable_questions
+from factgpt.readout.decoding import predict_places
+from factgpt.readout.recall import probed_recall
+from factgpt.training.params import save_params_with_metadata
 
 
 def recall_probe(pairs_path, every):

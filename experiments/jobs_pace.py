@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import src_path  # noqa: F401  (src/ on sys.path)
-from config import HANDOUT_BOTTLENECK_DIM
+from factgpt.settings.recipes import HANDOUT_BOTTLENECK_DIM
+from factgpt.settings.run_config import available_cores
 from model import VARIANTS
-from run_config import available_cores
 
 RUN_PY = str(Path(__file__).resolve().parent.parent / "src" / "run.py")
 

@@ -26,15 +26,15 @@ from pathlib import Path
 import src_path  # noqa: F401
 
 # isort: split
-import pipeline
-from arguments import build_parser, parse, positive_int
-from cli import exit_status
-from distributed import exit_process
-from evaluation import PROBES
-from files import atomic_write
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.common.files import atomic_write
+from factgpt.corpus.reading import answered_pairs
+from factgpt.readout.recall import PROBES
+from factgpt.settings.command_line import build_parser, parse, positive_int
+from factgpt.training.params import read_metadata
 from hooks import save_snapshots, snapshots
-from inputs import answered_pairs
-from params import read_metadata
 
 COLUMNS = ["epochs", "training_minutes", "recalled", "name_recalled", "question_recalled", "probed"]
 COLUMNS += ["answered", "questions"]

@@ -19,14 +19,14 @@ import torch
 import src_path  # noqa: F401
 
 # isort: split
-import pipeline
-from arguments import params_parser, reading_config
-from cli import exit_status
 from dataset import MASK_CHAR, encoded
-from decoding import greedy_decode_cached
-from distributed import exit_process
-from errors import RunError
-from inputs import encodable_questions
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.common.errors import RunError
+from factgpt.corpus.reading import encodable_questions
+from factgpt.readout.decoding import greedy_decode_cached
+from factgpt.settings.command_line import params_parser, reading_config
 from utils import eval_mode
 
 

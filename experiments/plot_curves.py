@@ -18,7 +18,7 @@ import sys
 import src_path  # noqa: F401
 
 # isort: split
-from files import atomic_write
+from factgpt.common.files import atomic_write
 
 
 def read_curve(path):

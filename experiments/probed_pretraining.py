@@ -11,10 +11,10 @@ import sys
 import src_path  # noqa: F401
 
 # isort: split
-import pipeline
-from arguments import build_parser, parse, positive_int
-from cli import exit_status
-from distributed import exit_process
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.settings.command_line import build_parser, parse, positive_int
 from hooks import recall_probe, save_snapshots
 
 

@@ -28,18 +28,18 @@ import src_path  # noqa: F401
 # isort: split
 import torch
 
-import frames
-import pipeline
-from arguments import params_parser, reading_config
-from cli import exit_status
 from dataset import encoded, padded_ids
-from decoding import greedy_completions, predict_places
-from distributed import exit_process
-from ensemble import PLACE_STEPS, Ensemble, accuracy, candidate_set, scored_candidates, written_places
-from fitting import fitted_ensemble
-from frames import names_in
-from inputs import answered_pairs
-from questions import biographies, name_of
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.common.questions import biographies, name_of
+from factgpt.corpus.reading import answered_pairs
+from factgpt.readout import frames
+from factgpt.readout.decoding import greedy_completions, predict_places
+from factgpt.readout.ensemble import PLACE_STEPS, Ensemble, accuracy, candidate_set, scored_candidates, written_places
+from factgpt.readout.fitting import fitted_ensemble
+from factgpt.readout.frames import names_in
+from factgpt.settings.command_line import params_parser, reading_config
 from utils import eval_mode
 
 

@@ -31,20 +31,21 @@ from torch.utils.data import ConcatDataset, Subset
 import src_path  # noqa: F401
 
 # isort: split
-import frames
-import pipeline
-from arguments import params_parser, reading_config
-from cli import exit_status
-from config import RECIPES, Recipe
 from dataset import PAD_CHAR, NameDataset, encoded, known_characters
-from decoding import predict_places
-from distributed import exit_process
-from ensemble import accuracy
-from fitting import fitted_ensemble
-from inputs import answered_pairs
-from questions import name_of
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.common.questions import name_of
+from factgpt.corpus.reading import answered_pairs
+from factgpt.readout import frames
+from factgpt.readout.decoding import predict_places
+from factgpt.readout.ensemble import accuracy
+from factgpt.readout.fitting import fitted_ensemble
+from factgpt.settings.command_line import params_parser, reading_config
+from factgpt.settings.recipe import Recipe
+from factgpt.settings.recipes import RECIPES
+from factgpt.settings.run_config import RunConfig
 from readout import tuning_split
-from run_config import RunConfig
 
 # run name: (form of the finetuning examples, recipe settings); form None: no finetuning
 RUNS = {

@@ -17,11 +17,11 @@ texts of one's own.
 import src_path  # noqa: F401
 
 # isort: split
-import pipeline
-from arguments import params_parser, reading_config
-from cli import exit_status
-from distributed import exit_process
-from evaluation import PROBES
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.readout.recall import PROBES
+from factgpt.settings.command_line import params_parser, reading_config
 
 POSITIONS = [" ", " " * 10, "Where was "]
 

@@ -29,14 +29,14 @@ import time
 import src_path  # noqa: F401
 
 # isort: split
-import pipeline
-from arguments import params_parser, reading_config
-from cli import exit_status
-from distributed import exit_process
-from ensemble import accuracy
-from fitting import fitted_ensemble, weights_fitted_to
-from frames import names_in
-from inputs import answered_pairs
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.corpus.reading import answered_pairs
+from factgpt.readout.ensemble import accuracy
+from factgpt.readout.fitting import fitted_ensemble, weights_fitted_to
+from factgpt.readout.frames import names_in
+from factgpt.settings.command_line import params_parser, reading_config
 from readout import branched_candidates, branched_places, tuning_split
 
 

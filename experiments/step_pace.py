@@ -28,10 +28,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmark import STRAIGHTFORWARD, data_folder, load_data, model_config, timed_training
-from config import BLOCK_SIZE, HANDOUT
 from dataset import CharCorruptionDataset
-from distributed import DEVICES, pick_device
-from files import DATA_DIR
+from factgpt.common.distributed import DEVICES, pick_device
+from factgpt.common.files import DATA_DIR
+from factgpt.corpus.reading import BLOCK_SIZE
+from factgpt.settings.recipes import HANDOUT
 from model import GPT
 from utils import set_seed
 

@@ -15,14 +15,14 @@ recipe field held_out_fraction (run.py pretrain ... --held_out_fraction 0.05).
 import src_path  # noqa: F401
 
 # isort: split
-import pipeline
-from arguments import params_parser, reading_config
-from cli import exit_status
 from dataset import corpus_lines
-from distributed import exit_process
-from errors import RunError
-from inputs import encodable_questions, read_text
-from perplexity import bits_per_character, corruption_loss
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process
+from factgpt.common.errors import RunError
+from factgpt.corpus.reading import encodable_questions, read_text
+from factgpt.settings.command_line import params_parser, reading_config
+from factgpt.training.perplexity import bits_per_character, corruption_loss
 
 
 def text_loss(cfg, text_path, seed=0):

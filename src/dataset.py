@@ -12,7 +12,7 @@ import sys
 import torch
 from torch.utils.data import Dataset
 
-from questions import numbered_lines, question_place_pairs
+from factgpt.common.questions import numbered_lines, question_place_pairs
 
 PAD_CHAR = "\u25a1"
 MASK_CHAR = "\u2047"
@@ -218,7 +218,7 @@ def main(argv=None):
     """python src/dataset.py {namedata,charcorruption}: print a few decoded examples."""
     import argparse
 
-    from files import resolve_data_path
+    from factgpt.common.files import resolve_data_path
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("dataset_type", choices=["namedata", "charcorruption"])

@@ -9,8 +9,8 @@ import argparse
 import collections
 import sys
 
-from files import resolve_data_path
-from questions import read_question_file, score_line
+from factgpt.common.files import resolve_data_path
+from factgpt.common.questions import read_question_file, score_line
 
 
 def most_frequent_place(path):

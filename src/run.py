@@ -13,11 +13,11 @@ and exit code 2.
 
 import sys
 
-import pipeline
-from arguments import build_parser, parse
-from cli import exit_status
-from distributed import exit_process, launch_rank
-from questions import score_line
+from factgpt import pipeline
+from factgpt.common.commands import exit_status
+from factgpt.common.distributed import exit_process, launch_rank
+from factgpt.common.questions import score_line
+from factgpt.settings.command_line import build_parser, parse
 
 
 def run(cfg):

@@ -19,16 +19,25 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
-import checkpoint
-from batching import EpochBatches, to_device
-from capture import capture_mode, captured
-from distributed import pick_device, rank_and_world_size
-from loss_tally import LossTally
-from objective import Objective, forward_passes, rank_rows
-from optimisation import autocast_and_scaler, course_adamw
-from params import save_params
-from schedule import TokenSchedule
-from signals import TrainingInterrupted, leave_stop_signals_to_the_main_process, stop_signals_caught
+from factgpt.common.distributed import pick_device, rank_and_world_size
+from factgpt.common.signals import (
+    TrainingInterrupted,
+    leave_stop_signals_to_the_main_process,
+    stop_signals_caught,
+)
+from factgpt.training import checkpoint
+from factgpt.training.batching import EpochBatches, to_device
+from factgpt.training.capture import capture_mode, captured
+from factgpt.training.params import save_params
+from factgpt.training.step import (
+    LossTally,
+    Objective,
+    TokenSchedule,
+    autocast_and_scaler,
+    course_adamw,
+    forward_passes,
+    rank_rows,
+)
 from utils import eval_mode
 
 logger = logging.getLogger(__name__)

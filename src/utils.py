@@ -9,7 +9,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from questions import read_question_file
+from factgpt.common.questions import read_question_file
 
 
 def set_seed(seed):

@@ -3,6 +3,7 @@
 import atexit
 import contextlib
 import functools
+import importlib.util
 import os
 import random
 import runpy
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 # The research scripts are tested as a user runs them (run_script), never imported: experiments/ stays off sys.path.
 EXPERIMENTS = ROOT / "experiments"
+TOOLS = ROOT / "tools"  # the GPU loan's script and the bit check
 
 # The working directory of the command lines the tests run, so that their TensorBoard logs
 # (expt/ under the working directory) stay out of the checkout.
@@ -41,7 +43,7 @@ RUN_PY = str(ROOT / "src" / "run.py")
 # More threads than cores (two workers of two threads on two cores) slow every training to a crawl:
 # its threads wait on each other.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    from run_config import available_cores
+    from factgpt.settings.run_config import available_cores
 
     budget = int(os.environ.get("OMP_NUM_THREADS") or available_cores())
     threads_each = max(1, budget // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
@@ -122,13 +124,14 @@ def run_main(*args):
 
 def run_script(name, *argv):
     """
-    experiments/<name>.py run as `python experiments/<name>.py ARGV` would, but in this process
+    experiments/<name>.py (or tools/<name>.py) run as `python experiments/<name>.py ARGV` would, but in this process
     (faster; capsys sees its output, monkeypatched src/ modules are its): its exit status.
     """
-    path = str(EXPERIMENTS / f"{name}.py")
+    folder = EXPERIMENTS if (EXPERIMENTS / f"{name}.py").exists() else TOOLS
+    path = str(folder / f"{name}.py")
     saved_argv, saved_path, saved_modules = sys.argv, sys.path[:], set(sys.modules)
     sys.argv = [path, *map(str, argv)]
-    sys.path.insert(0, str(EXPERIMENTS))  # as the interpreter puts the script's folder first
+    sys.path.insert(0, str(folder))  # as the interpreter puts the script's folder first
     try:
         runpy.run_path(path, run_name="__main__")
         return 0
@@ -141,8 +144,16 @@ def run_script(name, *argv):
         sys.argv, sys.path[:] = saved_argv, saved_path
         # the script's sibling modules (src_path, hooks, ...) go with it: the next run imports them afresh
         for module in set(sys.modules) - saved_modules:
-            if str(getattr(sys.modules[module], "__file__", None) or "").startswith(str(EXPERIMENTS) + os.sep):
+            if str(getattr(sys.modules[module], "__file__", None) or "").startswith(str(folder) + os.sep):
                 del sys.modules[module]
+
+
+def lab_module(name):
+    """experiments/<name>.py imported by its path, with experiments/ kept off sys.path (a lab tool a test uses)."""
+    spec = importlib.util.spec_from_file_location(f"experiments_{name}", EXPERIMENTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_main_exit(capsys, *args):
@@ -183,7 +194,7 @@ def one_line_error(capsys, *args):
 
 def another_value(field, value):
     """A valid value of the Recipe field other than `value`; a field of a type not foreseen here fails the test."""
-    from config import Stage
+    from factgpt.settings.recipe import Stage
 
     if field.metadata["choices"]:
         return next(choice for choice in field.metadata["choices"] if choice != value)

@@ -9,7 +9,7 @@ import sys
 import time
 
 from conftest import ROOT, TINY, run_process
-from world import write_world
+from factgpt.table.world import write_world
 
 SMOKE_STAGES = "corpus+pairs; corpus+pairs epochs=1 lr=3e-4 max_shift=13 decay_epochs=1"
 # Two writers and no biography: an untrained model writes every line to its end, and these tests are

@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
-from batching import EpochBatches, EpochKeys
 from conftest import corpus_of
-from objective import forward_passes, rank_rows, real_lengths
-from run_config import default_num_workers
+from factgpt.settings.run_config import default_num_workers
+from factgpt.training.batching import EpochBatches, EpochKeys
+from factgpt.training.step import forward_passes, rank_rows, real_lengths
 from trainer import TrainerConfig
 
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-import arguments
-from config import HANDOUT
 from conftest import run_script
+from factgpt.settings import command_line as arguments
+from factgpt.settings.recipes import HANDOUT
 
 # benchmark.py measures one core's matmul rate for 2 s before anything else; these tests ask that it
 # is measured and printed, not how precisely: 0.1 s of it.

@@ -11,11 +11,10 @@ import pytest
 import torch
 import torch._dynamo
 
-import capture
-import checkpoint
-from capture import capture_mode
-from config import Recipe
 from conftest import corpus_of, small_gpt
+from factgpt.settings.recipe import Recipe
+from factgpt.training import capture, checkpoint
+from factgpt.training.capture import capture_mode
 from model import VARIANTS
 from trainer import Trainer, TrainerConfig
 

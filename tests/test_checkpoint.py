@@ -8,14 +8,14 @@ import dataclasses
 import pytest
 import torch
 
-import checkpoint
-import params
-import pipeline
-from config import HANDOUT, Recipe
 from conftest import TINY, another_value, checkpoint_steps, corpus_of, one_line_error, pretrain_args, small_gpt
-from errors import RunError
-from params import read_metadata, save_params_with_metadata, write_metadata
-from run_config import CUDA_CHECKPOINT_MINUTES, INPUTS, RunConfig
+from factgpt.common.errors import RunError
+from factgpt.pipeline import trainings
+from factgpt.settings.recipe import Recipe
+from factgpt.settings.recipes import HANDOUT
+from factgpt.settings.run_config import CUDA_CHECKPOINT_MINUTES, INPUTS, RunConfig
+from factgpt.training import checkpoint, params
+from factgpt.training.params import read_metadata, save_params_with_metadata, write_metadata
 from trainer import Trainer, TrainerConfig
 
 CFG = RunConfig("pretrain", "vanilla", "wiki.txt", writing_params_path="p.params")
@@ -27,7 +27,7 @@ def test_the_identity_covers_every_recipe_field_by_construction():
     A recipe that differs from the handout's in any one field that training reads, a new one
     too, is another run's; one that only evaluate reads (the readout) is the same run's.
     """
-    base = pipeline.run_identity(CFG, DATASET, vocab_size=256)
+    base = trainings.run_identity(CFG, DATASET, vocab_size=256)
     fields = dataclasses.fields(Recipe)
     reading = {field.name for field in fields if field.metadata.get("reading")}
     assert reading == {
@@ -40,7 +40,7 @@ def test_the_identity_covers_every_recipe_field_by_construction():
     }
     for field in fields:
         value = another_value(field, getattr(HANDOUT, field.name))
-        other = pipeline.run_identity(
+        other = trainings.run_identity(
             dataclasses.replace(CFG, recipe=dataclasses.replace(HANDOUT, **{field.name: value})), DATASET, 256
         )
         changed = {key for key in base if other[key] != base[key]}
@@ -50,13 +50,13 @@ def test_the_identity_covers_every_recipe_field_by_construction():
     assert base["pretrain_stages"] == "corpus+pairs" and base["stage"] == 1 and base["examples"] == 2937
     # the run's own: the function, variant and seed, the inputs and data, the stage
     for other in [
-        pipeline.run_identity(dataclasses.replace(CFG, function="finetune"), DATASET, 256),
-        pipeline.run_identity(dataclasses.replace(CFG, variant="rope"), DATASET, 256),
-        pipeline.run_identity(dataclasses.replace(CFG, seed=1), DATASET, 256),
-        pipeline.run_identity(CFG, range(2936), 256),
-        pipeline.run_identity(CFG, DATASET, 255),
-        pipeline.run_identity(CFG, DATASET, 256, stage=2),
-        pipeline.run_identity(dataclasses.replace(CFG, mix_corpus_path="other.tsv"), DATASET, 256),
+        trainings.run_identity(dataclasses.replace(CFG, function="finetune"), DATASET, 256),
+        trainings.run_identity(dataclasses.replace(CFG, variant="rope"), DATASET, 256),
+        trainings.run_identity(dataclasses.replace(CFG, seed=1), DATASET, 256),
+        trainings.run_identity(CFG, range(2936), 256),
+        trainings.run_identity(CFG, DATASET, 255),
+        trainings.run_identity(CFG, DATASET, 256, stage=2),
+        trainings.run_identity(dataclasses.replace(CFG, mix_corpus_path="other.tsv"), DATASET, 256),
     ]:
         assert other != base
 
@@ -67,11 +67,11 @@ def save_checkpoint(path, identity, **more):
 
 def test_a_checkpoint_resumes_under_its_own_identity_only(tmp_path):
     path = str(tmp_path / "p.params.ckpt")
-    identity = pipeline.run_identity(CFG, DATASET, 256)
+    identity = trainings.run_identity(CFG, DATASET, 256)
     assert checkpoint.read(path) is None  # none yet: the run starts from the beginning
     save_checkpoint(path, identity, epoch=3)
     assert checkpoint.verified(checkpoint.read(path), path, identity)["epoch"] == 3
-    other = pipeline.run_identity(
+    other = trainings.run_identity(
         dataclasses.replace(CFG, recipe=dataclasses.replace(HANDOUT, pretrain_lr=3e-3)), DATASET, 256
     )
     with pytest.raises(RunError) as refused:
@@ -83,7 +83,7 @@ def test_a_checkpoint_resumes_under_its_own_identity_only(tmp_path):
 def test_a_checkpoint_of_the_code_before_is_refused_in_one_line(tmp_path, tiny_world, capsys):
     """A checkpoint without "format" (the code before's) is refused, even under the same identity."""
     path = str(tmp_path / "p.params.ckpt")
-    identity = pipeline.run_identity(CFG, DATASET, 256)
+    identity = trainings.run_identity(CFG, DATASET, 256)
     torch.save({"model": {}, "epoch": 1, "run_identity": identity}, path)
     with pytest.raises(RunError) as refused:
         checkpoint.read(path)
@@ -126,12 +126,12 @@ def test_params_never_keep_another_runs_facts(tmp_path, monkeypatch):
 def test_on_cuda_the_checkpoint_comes_every_few_minutes_and_at_the_end_not_every_epoch(tiny_world, tmp_path):
     """A handout epoch on a GPU takes a fraction of a second; a 40 MB checkpoint after each would be a large share."""
     cfg = dataclasses.replace(CFG, writing_params_path=str(tmp_path / "p.params"))
-    cuda = pipeline.checkpoints(cfg, torch.device("cuda"), {}, {}, None)
+    cuda = trainings.checkpoints(cfg, torch.device("cuda"), {}, {}, None)
     assert cuda.path == cfg.writing_params_path + ".ckpt"
     assert (cuda.checkpoint_every_epoch, cuda.checkpoint_minutes) == (False, CUDA_CHECKPOINT_MINUTES)
-    asked = pipeline.checkpoints(dataclasses.replace(cfg, checkpoint_minutes=5), torch.device("cuda"), {}, {}, None)
+    asked = trainings.checkpoints(dataclasses.replace(cfg, checkpoint_minutes=5), torch.device("cuda"), {}, {}, None)
     assert asked.checkpoint_minutes == 5
-    cpu = pipeline.checkpoints(cfg, torch.device("cpu"), {}, {}, None)
+    cpu = trainings.checkpoints(cfg, torch.device("cpu"), {}, {}, None)
     assert (cpu.checkpoint_every_epoch, cpu.checkpoint_minutes) == (True, None)
 
     corpus = corpus_of(tiny_world["wiki.txt"], 32)

@@ -10,7 +10,6 @@ import sys
 import pytest
 import torch
 
-from config import BLOCK_SIZE
 from conftest import (
     ROOT,
     RUNS_DIR,
@@ -25,7 +24,8 @@ from conftest import (
     small_gpt,
 )
 from conftest import run_main as main
-from params import save_params
+from factgpt.corpus.reading import BLOCK_SIZE
+from factgpt.training.params import save_params
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer", "rope"])

@@ -9,10 +9,8 @@ import shutil
 import pytest
 import torch
 
-import arguments
 import dataset
 import london_baseline
-from config import HANDOUT, RECIPES, Recipe
 from conftest import (
     CPU_FLAGS,
     SMALL,
@@ -30,7 +28,10 @@ from conftest import (
 )
 from conftest import run_main as main
 from dataset import NameDataset
-from setting_fields import setting
+from factgpt.settings import command_line as arguments
+from factgpt.settings.fields import setting
+from factgpt.settings.recipe import Recipe
+from factgpt.settings.recipes import HANDOUT, RECIPES
 
 
 def test_a_setting_declared_with_a_rule_no_check_reads_is_refused_at_once():

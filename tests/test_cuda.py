@@ -8,10 +8,10 @@ RNG of the training GPU, and the KV-cache decoding against the CPU's.
 import pytest
 import torch
 
-import checkpoint
 from conftest import corpus_of, small_gpt
 from dataset import NameDataset
-from decoding import predict_answers
+from factgpt.readout.decoding import predict_answers
+from factgpt.training import checkpoint
 from trainer import Trainer, TrainerConfig
 from utils import set_seed
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT, run_process
-from world import PLACE_SUFFIXES
+from factgpt.table.world import PLACE_SUFFIXES
 
 REDUCED_DEMO = dict(
     DEMO_WORLD="--n_train 6 --n_dev 16 --n_test 1 --n_places 10 --bios_per_person 3 --shuffle_sentences --full_names",

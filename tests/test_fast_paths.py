@@ -6,15 +6,15 @@ import math
 import pytest
 import torch
 
-from batching import bucket_rows, padded_rows
 from conftest import TINY, pretrain_args, run_main, small_gpt
 from dataset import CharCorruptionDataset, NameDataset
-from decoding import greedy_decode_cached, predict_places
+from factgpt.readout.decoding import greedy_decode_cached, predict_places
+from factgpt.table.world import build_world
+from factgpt.training.batching import bucket_rows, padded_rows
+from factgpt.training.step import forward_passes, real_lengths
 from model import KVCache
-from objective import forward_passes, real_lengths
 from trainer import Trainer, TrainerConfig
 from utils import sample, set_seed
-from world import build_world
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer", "rope"]
 SIZES = dict(n_layer=3, n_embd=32, bottleneck_dim=16)

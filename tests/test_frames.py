@@ -14,13 +14,6 @@ import shutil
 import pytest
 import torch
 
-import choice
-import decoding
-import ensemble
-import fitting
-import frames
-import pipeline
-from config import HANDOUT
 from conftest import (
     CPU_FLAGS,
     FIRST,
@@ -37,12 +30,15 @@ from conftest import (
 )
 from conftest import run_main as main
 from dataset import MASK_CHAR, PAD_CHAR, known_characters
-from decoding import Answer
-from errors import RunError
-from evaluation import details_lines
-from inputs import load_corpus
-from questions import biographies, name_of
-from run_config import RunConfig
+from factgpt import pipeline
+from factgpt.common.errors import RunError
+from factgpt.common.questions import biographies, name_of
+from factgpt.corpus.reading import load_corpus
+from factgpt.readout import choice, decoding, ensemble, fitting, frames
+from factgpt.readout.decoding import Answer
+from factgpt.readout.scores import details_lines
+from factgpt.settings.recipes import HANDOUT
+from factgpt.settings.run_config import RunConfig
 
 BIOGRAPHIES = [
     "Ada Berg. Born in Oslo, Berg became a painter .",

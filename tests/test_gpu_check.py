@@ -79,13 +79,13 @@ WAITS = "sleep 30"  # the command part's: cut at its limit
 
 
 def write(path, size, record=None):
-    """A read-only file of `size` bytes (as a call brings it back), and its step record (steps.py's) where given."""
+    """A read-only file of `size` bytes (as a call brings it back), and its task record (tasks.py's) where given."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(os.urandom(size))
     path.chmod(0o444)
     if record is not None:
         output = path.name.removesuffix(".ckpt")
-        steps = path.parent / "logs" / "steps"
+        steps = path.parent / "logs" / "tasks"
         steps.mkdir(parents=True, exist_ok=True)
         (steps / f"{output}.json").write_text(json.dumps(record))
         (steps / f"{output}.json").chmod(0o444)

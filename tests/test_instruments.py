@@ -14,18 +14,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import pipeline
-from config import Recipe
 from conftest import run_script
 from dataset import MASK_CHAR, NameDataset
-from decoding import greedy_completions
-from errors import RunError
-from inputs import held_out_split, load_corpus
+from factgpt import pipeline
+from factgpt.common.errors import RunError
+from factgpt.corpus.reading import held_out_split, load_corpus
+from factgpt.readout.decoding import greedy_completions
+from factgpt.settings.recipe import Recipe
+from factgpt.settings.run_config import RunConfig
+from factgpt.table.world import build_world
+from factgpt.training.step import Objective, forward_passes, question_lm_targets, rank_rows
 from model import GPT, variant_config
-from objective import Objective, forward_passes, question_lm_targets, rank_rows
-from run_config import RunConfig
 from trainer import Trainer, TrainerConfig
-from world import build_world
 
 SIZES = dict(n_layer=2, n_head=2, n_embd=32)
 RECIPE = Recipe(dropout=0.0, pretrain_lr=3e-3, pretrain_batch_size=16, finetune_batch_size=16, **SIZES)
@@ -244,7 +244,7 @@ def test_held_out_documents_are_left_out_of_pretraining_and_scored_every_epoch(t
     assert held_out_split(corpus, 0.2, "wiki.txt")[1].data == held_out.data  # the same every run
     assert held_out.stoi == corpus.stoi
     recipe = dataclasses.replace(RECIPE, held_out_fraction=0.2, pretrain_epochs=2)
-    caplog.set_level("INFO", logger="logs")
+    caplog.set_level("INFO", logger="factgpt.training.logs")
     pipeline.pretrain(cfg("pretrain", trained, recipe, writing_params_path=str(tmp_path / "p.params")))
     lines = [r.getMessage() for r in caplog.records if "held-out loss" in r.getMessage()]
     assert [line.split(":")[0] for line in lines] == ["epoch 1", "epoch 2"]

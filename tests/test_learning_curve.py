@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import SMALL, run_script
-from params import read_metadata
+from factgpt.training.params import read_metadata
 
 
 @pytest.mark.slow

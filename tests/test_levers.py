@@ -6,17 +6,17 @@ import random
 import pytest
 import torch
 
-import adapters
-import training_data
-from augment import ClauseViews, PlainText, clause_view, full_named, viewed
-from config import Recipe, Stage, parse_stages
 from conftest import SMALL, finetune_args, pretrain_args, run_main
 from dataset import MASK_CHAR, CharCorruptionDataset
-from errors import RunError
-from inputs import load_corpus
+from factgpt.common.errors import RunError
+from factgpt.corpus.reading import load_corpus
+from factgpt.corpus.views import ClauseViews, PlainText, clause_view, full_named, viewed
+from factgpt.settings.recipe import Recipe, Stage, parse_stages
+from factgpt.settings.run_config import RunConfig
+from factgpt.training import adapters
+from factgpt.training import stage_data as training_data
+from factgpt.training.params import read_metadata
 from model import GPT, GPTConfig
-from params import read_metadata
-from run_config import RunConfig
 
 
 def test_full_names_replace_a_lone_surname_and_a_sentence_starting_pronoun():

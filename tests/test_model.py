@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
 from conftest import small_gpt, small_gpt_config
+from factgpt.training.params import load_params, save_params
 from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock
-from params import load_params, save_params
 
 VARIANTS = ["vanilla", "perceiver", "synthesizer", "rope"]
 VOCAB, BLOCK = 40, 32

@@ -7,12 +7,15 @@ import re
 import pytest
 import torch
 
-import arguments
-import pipeline
-from config import BLOCK_SIZE, HANDOUT, RECIPES, Stage, parse_stages
 from conftest import CPU_FLAGS, RUNS_DIR, SMALL, evaluate_args, pretrain_args, run_script
 from conftest import run_main as main
-from params import read_metadata
+from factgpt import pipeline
+from factgpt.corpus.reading import BLOCK_SIZE
+from factgpt.pipeline import trainings
+from factgpt.settings import command_line as arguments
+from factgpt.settings.recipe import Stage, parse_stages
+from factgpt.settings.recipes import HANDOUT, RECIPES
+from factgpt.training.params import read_metadata
 from trainer import Trainer
 
 
@@ -68,7 +71,7 @@ def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tm
     assert max((a[k] - fresh[k]).abs().max() for k in a) > 1e-4
 
     # each stage trains with its own settings, the second from the first's params; one checkpoint, the second stage's
-    monkeypatch.setattr(pipeline, "Trainer", RecordingTrainer)
+    monkeypatch.setattr(trainings, "Trainer", RecordingTrainer)
     monkeypatch.setattr(RecordingTrainer, "made", [])
     kept = tmp_path / "kept" / "p.params"
     flags = ["--save_every", 2, "--tb_expt_name", "two_stages", "--keep_checkpoint"]
@@ -220,7 +223,7 @@ def test_mixed_pairs_are_learned_in_pretraining(tiny_world, tmp_path, capsys, mo
             configs.append(config)
             super().__init__(model, train_dataset, test_dataset, config, *hooks_and_checkpoints)
 
-    monkeypatch.setattr(pipeline, "Trainer", RecordingTrainer)
+    monkeypatch.setattr(trainings, "Trainer", RecordingTrainer)
     wiki, train = tiny_world["wiki.txt"], tiny_world["train.tsv"]
     params, outputs = tmp_path / "pre.params", tmp_path / "train.predictions"
     argv = [

@@ -15,10 +15,6 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-import checkpoint
-import pipeline
-from checkpoint import Checkpoints
-from config import HANDOUT, parse_stages
 from conftest import (
     ROOT,
     RUN_PY,
@@ -36,10 +32,16 @@ from conftest import (
 )
 from conftest import run_main as main
 from dataset import CharCorruptionDataset, NameDataset
-from errors import RunError
-from params import read_metadata
-from run_config import RunConfig
-from signals import TrainingInterrupted
+from factgpt import pipeline
+from factgpt.common.errors import RunError
+from factgpt.common.signals import TrainingInterrupted
+from factgpt.pipeline import start
+from factgpt.settings.recipe import parse_stages
+from factgpt.settings.recipes import HANDOUT
+from factgpt.settings.run_config import RunConfig
+from factgpt.training import checkpoint
+from factgpt.training.checkpoint import Checkpoints
+from factgpt.training.params import read_metadata
 from trainer import Trainer, TrainerConfig
 
 # --- checkpoints and resume ------------------------------------------------------------------------------
@@ -158,7 +160,7 @@ def test_sigint_and_sigterm_write_a_checkpoint_and_say_how_to_resume(signum, wor
 FAILING_WORKER = """
 import torch
 from torch.utils.data import DataLoader, Dataset
-from signals import leave_stop_signals_to_the_main_process
+from factgpt.common.signals import leave_stop_signals_to_the_main_process
 
 class Failing(Dataset):
     def __len__(self):
@@ -536,10 +538,10 @@ def test_torchrun_with_more_processes_than_gpus_is_one_line(monkeypatch, tmp_pat
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(pipeline, "pick_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(start, "pick_device", lambda name: torch.device("cuda"))
     said = r"more processes on this machine than its 1 visible CUDA GPU\(s\): use --nproc_per_node 1, or --device cpu"
     with pytest.raises(RunError, match=said):
-        pipeline.start_device(RunConfig("pretrain", "vanilla", str(tmp_path)))
+        start.start_device(RunConfig("pretrain", "vanilla", str(tmp_path)))
 
 
 def train_on_ranks(rank, wiki, results, rope=False, pairs=None):

@@ -13,7 +13,8 @@ import zipfile
 import pytest
 
 from conftest import ROOT
-from questions import read_question_file, score_line
+from factgpt.common.questions import read_question_file, score_line
+from factgpt.table.submission import COURSE_MODULES
 from tables import (
     LEFT_BEHIND,
     TRAININGS,
@@ -142,6 +143,16 @@ def collect(folder, *args):
     return done.returncode, done.stdout, done.stderr
 
 
+def unzipped_modules_import(zip_path, folder):
+    """Unzip into an empty folder and import every module the zip holds in a fresh interpreter: its CompletedProcess."""
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(folder)
+        modules = [name.removeprefix("src/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                   for name in z.namelist() if name.endswith(".py")]  # fmt: skip
+    script = f"import importlib, sys; sys.path.insert(0, 'src'); [importlib.import_module(m) for m in {modules!r}]"
+    return subprocess.run([sys.executable, "-I", "-c", script], cwd=folder, capture_output=True, text=True)
+
+
 def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
     shutil.copy(ROOT / "collect_submission.sh", tmp_path)
     shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
@@ -153,17 +164,21 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
     ]
     for name in names:
         (tmp_path / name).write_text(name)
-    # the course's modules and what they import: everything in src/ but the demo world's generator
-    course = [f"src/{p.name}" for p in (ROOT / "src").glob("*.py") if p.name != "world.py"]
+    # the course's eight modules, and the project's modules they import; never the table's (run.sh, the demo)
+    course = {f"src/{name}.py" for name in COURSE_MODULES}
     code, out, err = collect(tmp_path, "2023")
     assert code == 0 and "wrote assignment5.zip" in out, err
     with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
-        assert sorted(z.namelist()) == sorted(names + course)
-        z.extractall(tmp_path / "unzipped")
+        zipped = z.namelist()
+    assert sorted(name for name in zipped if not name.endswith(".py")) == sorted(names)
+    assert course <= set(zipped) and "src/factgpt/pipeline/api.py" in zipped
+    assert not [name for name in zipped if name.startswith("src/factgpt/table/")]
+    imported = unzipped_modules_import(tmp_path / "assignment5.zip", tmp_path / "unzipped")
+    assert imported.returncode == 0, imported.stderr  # self-contained: every module it holds imports
     help_text = subprocess.run(
         [sys.executable, str(tmp_path / "unzipped" / "src" / "run.py"), "--help"], capture_output=True, text=True
     )
-    assert help_text.returncode == 0 and "pretrain_corpus_path" in help_text.stdout, help_text.stderr  # self-contained
+    assert help_text.returncode == 0 and "pretrain_corpus_path" in help_text.stdout, help_text.stderr
 
     rope = [f"rope.{kind}" for kind in ["pretrain.params", "finetune.params", "pretrain.dev.predictions",
                                         "pretrain.test.predictions"]]  # fmt: skip
@@ -172,7 +187,8 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
     code, out, err = collect(tmp_path, "2024")  # the 2024 edition: vanilla's and rope's files
     assert code == 0, err
     with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
-        assert sorted(z.namelist()) == sorted(names[:7] + rope + course)
+        assert sorted(n for n in z.namelist() if not n.endswith(".py")) == sorted(names[:7] + rope)
+    assert unzipped_modules_import(tmp_path / "assignment5.zip", tmp_path / "unzipped2024").returncode == 0
 
     (tmp_path / "rope.finetune.params").unlink()
     code, _, err = collect(tmp_path, "2024")  # the course's row needs the finetuned params

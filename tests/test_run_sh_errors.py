@@ -89,8 +89,8 @@ def test_a_failed_row_is_named_in_one_line_and_the_others_finish(tmp_path):
 )
 def test_bad_input_is_one_line_and_nothing_runs(tmp_path, monkeypatch, capsys, args, variants, said):
     """The table's main in this process, as run.sh calls it: exit code 2, one line, nothing written."""
-    import assignment
-    import files
+    from factgpt.common import files
+    from factgpt.table import assignment
 
     folder = assignment_copy(tmp_path / "bad")
     if variants:

@@ -9,17 +9,17 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-import checkpoint
-from config import HANDOUT
+from conftest import lab_module
 from dataset import CharCorruptionDataset, NameDataset
-from dispatches import HOST_READS, DispatchCount
-from errors import RunError
+from factgpt.common.errors import RunError
+from factgpt.pipeline import trainings
+from factgpt.settings.recipes import HANDOUT
+from factgpt.table.world import build_world
+from factgpt.training import checkpoint
+from factgpt.training.step import lr_multiplier, parameter_groups
 from model import GPT, GPTConfig, variant_config
-from optimisation import parameter_groups
-from schedule import lr_multiplier
 from trainer import Trainer, TrainerConfig
 from utils import set_seed
-from world import build_world
 
 
 def test_trainer_config_defaults_and_kwargs():
@@ -223,7 +223,10 @@ def test_training_lowers_the_loss_and_logs_to_tensorboard(names, tmp_path):
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
 
 
-class HostReadSteps(DispatchCount):
+dispatches = lab_module("dispatches")
+
+
+class HostReadSteps(dispatches.DispatchCount):
     """The trainer's step count at every operator the host waits for (on a GPU, a sync)."""
 
     def __init__(self, trainer):
@@ -231,7 +234,7 @@ class HostReadSteps(DispatchCount):
         self.trainer, self.steps = trainer, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ in HOST_READS:
+        if func.overloadpacket.__name__ in dispatches.HOST_READS:
             self.steps.append(self.trainer.step)
         return super().__torch_dispatch__(func, types, args, kwargs)
 
@@ -291,9 +294,9 @@ def test_a_new_recipe_field_reaches_the_trainer_and_the_checkpoint(tiny_world, t
     A field added to (a copy of) Recipe, said to be read by the Trainer, is in the TrainerConfig of a
     real run under its own name, and in its checkpoint's identity.
     """
-    import pipeline
-    from config import setting
-    from run_config import RunConfig
+    from factgpt import pipeline
+    from factgpt.settings.recipe import setting
+    from factgpt.settings.run_config import RunConfig
 
     field = setting(7, trainer="training")
     extended = dataclasses.make_dataclass(
@@ -306,7 +309,7 @@ def test_a_new_recipe_field_reaches_the_trainer_and_the_checkpoint(tiny_world, t
             seen.append(self.config.new_setting)
             super().train()
 
-    monkeypatch.setattr(pipeline, "Trainer", Recording)
+    monkeypatch.setattr(trainings, "Trainer", Recording)
     recipe = extended(n_layer=2, n_head=2, n_embd=16, pretrain_epochs=1, pretrain_batch_size=16, new_setting=9)
     params = str(tmp_path / "p.params")
     cfg = RunConfig("pretrain", "vanilla", tiny_world["wiki.txt"], writing_params_path=params, recipe=recipe)

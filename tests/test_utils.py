@@ -7,13 +7,13 @@ import stat
 import pytest
 import torch
 
-import decoding
-import files
 from conftest import small_gpt
 from dataset import MASK_CHAR, CharCorruptionDataset
-from decoding import recalled_places
-from evaluation import PROBES, probed_recall, recalled_pairs
-from questions import score_line
+from factgpt.common import files
+from factgpt.common.questions import score_line
+from factgpt.readout import decoding
+from factgpt.readout.decoding import recalled_places
+from factgpt.readout.recall import PROBES, probed_recall, recalled_pairs
 from trainer import Trainer, TrainerConfig
 from utils import evaluate_places, sample, set_seed
 

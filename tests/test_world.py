@@ -9,21 +9,22 @@ import sys
 
 import pytest
 
-import world
 from conftest import ROOT
 from dataset import CharCorruptionDataset, NameDataset
+from factgpt.table import world
 
 QUESTION = "Where was {} born?"
 
 
 def run_world(*args):
-    """Run src/world.py in a fresh interpreter: (exit code, stdout, stderr)."""
+    """Run the world's generator as the notebook does, in a fresh interpreter: (exit code, stdout, stderr)."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "src" / "world.py"), *map(str, args)],
+        [sys.executable, "-m", "factgpt.table.world", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
     )
     return done.returncode, done.stdout, done.stderr
 
@@ -257,6 +258,6 @@ def test_cli_rejects_bad_sizes(tmp_path, args):
 
 def test_does_not_import_torch():
     code = subprocess.run(
-        [sys.executable, "-c", "import sys, world; assert 'torch' not in sys.modules"], cwd=ROOT / "src", timeout=60
+        [sys.executable, "-c", "import sys; from factgpt.table import world; assert 'torch' not in sys.modules"], cwd=ROOT / "src", timeout=60
     ).returncode
     assert code == 0
