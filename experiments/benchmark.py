@@ -218,9 +218,9 @@ def timed_training(function, variant, model, dataset, schedule_examples, recipe,
     cfg = RunConfig(function, variant, "", recipe=recipe)  # the DataLoader workers of run.py's default
     pretraining = function == "pretrain"
     stage = Stage(
-        epochs=epochs,
+        max_epochs=epochs,
         batch_size=recipe.pretrain_batch_size if pretraining else recipe.finetune_batch_size,
-        lr=recipe.pretrain_lr if pretraining else recipe.finetune_lr,
+        learning_rate=recipe.pretrain_lr if pretraining else recipe.finetune_lr,
         decay_epochs=recipe.decay_epochs,
     )
     config = trainer_config(cfg, torch.device(device), stage, pretraining, schedule_examples)

@@ -1,13 +1,14 @@
 """
-python src/recall.py VARIANT PRETRAIN_CORPUS_PATH --reading_params_path PARAMS \\
+python experiments/recall.py VARIANT PRETRAIN_CORPUS_PATH --reading_params_path PARAMS \\
     --eval_corpus_path PAIRS
 
 How many of the held-out people's birthplaces the pretrained params have stored: the model continues
 each biography in the corpus from just before the birthplace, and a completion that starts with it
-counts (evaluation.probed_recall). Prints "Recalled: X out of Y: Z%", Y being the people who could
+counts (factgpt.readout.recall.probed_recall). Prints "Recalled: X out of Y: Z%", Y being the people who could
 be probed.
 """
 
+import src_path  # noqa: F401  (src/ on sys.path)
 from factgpt import pipeline
 from factgpt.common.commands import exit_status
 from factgpt.common.distributed import exit_process

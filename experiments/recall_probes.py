@@ -1,6 +1,6 @@
 """
 How many held-out birthplaces a pretrained model has memorised, and where they are keyed:
-`python src/recall.py` (pipeline.recall) with other prompts.
+`python experiments/recall.py` (pipeline.recall) with other prompts.
 
     python experiments/recall_probes.py vanilla wiki.txt --reading_params_path pretrain.params \\
         --eval_corpus_path birth_dev.tsv [--positions] [--prefix TEXT ...]

@@ -2,12 +2,14 @@
 The training loop shared by pretraining and finetuning: minGPT's Trainer, as the course has it.
 
 By default it optimises exactly as the course's trainer does: AdamW with weight decay on all
-but the biases, the course's warmup and cosine by tokens seen (schedule.py), gradient-norm
-clipping, fp32. Other decay groups and schedules are switches, because the decay groups alone
-cost the course's recipe most of its accuracy (docs/optimisation.md).
+but the biases, the course's warmup and cosine by tokens seen, gradient-norm clipping, fp32. Other
+decay groups and schedules are switches, because the decay groups alone cost the course's recipe
+most of its accuracy (docs/optimisation.md).
 
-The whole step is gradient_step. How a batch is split over passes and ranks is objective.py's one
-rule; capturing the step as a CUDA graph is a wrapper around it (capture.py).
+The whole step is gradient_step, and its arithmetic is one file, factgpt/training/step.py: the
+loss and the rule that splits a batch over passes and ranks, AdamW and its groups, the precision,
+the schedule and the running loss. Capturing the step as a CUDA graph is a wrapper around it
+(factgpt/training/capture.py).
 """
 
 import contextlib
@@ -25,6 +27,7 @@ from factgpt.common.signals import (
     leave_stop_signals_to_the_main_process,
     stop_signals_caught,
 )
+from factgpt.settings.recipe import Recipe
 from factgpt.training import checkpoint
 from factgpt.training.batching import EpochBatches, to_device
 from factgpt.training.capture import capture_mode, captured
@@ -46,10 +49,23 @@ logger = logging.getLogger(__name__)
 CPU_MICRO_BATCH = 16
 
 
+def with_recipe_defaults(cls):
+    """
+    `cls` with each Recipe field the Trainer reads that the course's settings lack, at the Recipe's
+    default (settings/recipe.py, their one home, says what each does).
+    """
+    for name, default in Recipe.trainer_defaults().items():
+        if name not in vars(cls):
+            setattr(cls, name, default)
+    return cls
+
+
+@with_recipe_defaults
 class TrainerConfig:
     """
-    Every setting the Trainer reads: the course's, with its names and defaults, then this project's,
-    each as the handout has it. Like the course's, it keeps any other name it is given.
+    Every setting the Trainer reads: the course's, with its names and defaults; the Recipe's
+    training fields (with_recipe_defaults); and the run's. Like the course's, it keeps any other
+    name it is given.
     """
 
     # the course's
@@ -65,17 +81,6 @@ class TrainerConfig:
     ckpt_path = None  # where to save the model's state_dict after every epoch, or None
     num_workers = 0
     writer = None  # the course's SummaryWriter; Trainer(writer=...) is the same
-    # the Recipe's training fields, under their names there (config.py says what each does)
-    decay_groups = "course"
-    lr_schedule = "course"
-    precision = "fp32"
-    group_by_length = False
-    corrupt_by_epoch = False
-    full_padding = False
-    fixed_shapes = False
-    compile = False
-    captured_step = "auto"
-    finetune_lm_weight = 0.0
     # the run's
     device = "auto"  # one of distributed.DEVICES
     micro_batch_size = None  # rows per forward pass (None: CPU_MICRO_BATCH on the CPU, else all)

@@ -201,7 +201,7 @@ def another_value(field, value):
     if field.type is bool:
         return not value
     if field.type is tuple:
-        return (*value, Stage("corpus", epochs=1))
+        return (*value, Stage("corpus", max_epochs=1))
     if field.type == Optional[float]:
         return 1e-3 if value is None else None
     if field.type is str:

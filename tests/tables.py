@@ -43,7 +43,7 @@ def run_table(folder, *args, **env):
 
 def record(folder, output):
     """The record of the step that writes `output`, or {}."""
-    path = folder / "logs" / "steps" / f"{output}.json"
+    path = folder / "logs" / "tasks" / f"{output}.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 

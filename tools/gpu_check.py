@@ -457,7 +457,7 @@ def pretraining_reached(folder, argv, params):
         return f"its checkpoint not read: {e}"
     if saved is None:
         return "no checkpoint"
-    epochs = sum(stage.epochs for stage in stages)
+    epochs = sum(stage.max_epochs for stage in stages)
     return f"stopped in epoch {saved['epoch'] + 1} of {epochs}, at step {saved['step']}"
 
 

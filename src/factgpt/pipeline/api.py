@@ -57,7 +57,7 @@ def pretrain(cfg: RunConfig, on_epoch_end: Sequence[Hook] = ()):
         state, epochs, seconds = None, 0, 0.0
         for number, stage in enumerate(stages, 1):
             if number < first:
-                epochs += stage.epochs
+                epochs += stage.max_epochs
                 continue
             setup = build(cfg, metadata, stage.max_shift, state)
             dataset, hooks = stage_data(cfg, setup.corpus, stage, on_epoch_end)

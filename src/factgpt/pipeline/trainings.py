@@ -10,13 +10,13 @@ import os
 import torch
 
 from factgpt.common.distributed import launch_rank, rank_and_world_size
-from factgpt.corpus.reading import BLOCK_SIZE
 from factgpt.pipeline.start import params_metadata
 from factgpt.settings.run_config import CUDA_CHECKPOINT_MINUTES, INPUTS, default_num_workers
 from factgpt.training import checkpoint
 from factgpt.training.checkpoint import Checkpoints
 from factgpt.training.logs import EpochEnd, EpochHooks, TensorBoardLog
 from factgpt.training.params import save_params_with_metadata
+from factgpt.training.step import decay_tokens
 from trainer import Trainer, TrainerConfig
 
 logger = logging.getLogger(__name__)
@@ -37,17 +37,14 @@ def run_identity(cfg, dataset, vocab_size, stage=1):
 
 def trainer_config(cfg, device, stage, pretraining, decay_examples):
     """
-    The TrainerConfig of one training: the Recipe fields the Trainer reads, under their names, and
-    the stage's under the course's. The cosine's half period is decay_epochs epochs of
-    decay_examples.
+    The TrainerConfig of one training: the Recipe's fields and the stage's that the Trainer reads,
+    each under its own name. The cosine's half period is decay_epochs epochs of decay_examples.
     """
     return TrainerConfig(
         **cfg.recipe.trainer_settings(pretraining),
-        max_epochs=stage.epochs,
-        batch_size=stage.batch_size,
-        learning_rate=stage.lr,
+        **stage.trainer_settings(),
         lr_decay=True,
-        final_tokens=stage.decay_epochs * decay_examples * BLOCK_SIZE,
+        final_tokens=decay_tokens(stage.decay_epochs, decay_examples),
         num_workers=cfg.num_workers if cfg.num_workers is not None else default_num_workers(device),
         device=device,
         data_seed=cfg.seed,
@@ -106,7 +103,7 @@ def train(
     finally:
         if writer is not None:
             writer.close()
-    return epochs_before + stage.epochs, epoch_hooks.training_seconds()
+    return epochs_before + stage.max_epochs, epoch_hooks.training_seconds()
 
 
 def saved_checkpoint(cfg):

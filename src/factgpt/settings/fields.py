@@ -49,6 +49,11 @@ def path(role, needed_by=()):
     return dataclasses.field(default=None, metadata=dict(role=role, needed_by=needed_by))
 
 
+def text_name(field):
+    """A field's name as a user writes it: its `text` name where it has one (a Stage's epochs)."""
+    return field.metadata.get("text", field.name)
+
+
 def value_type(annotation):
     """bool, int or float: what a field annotated `annotation` (e.g. Optional[int]) holds."""
     return next(kind for kind in (bool, int, float) if kind.__name__ in str(annotation))
@@ -77,7 +82,8 @@ def check_fields(settings, where=""):
     field's metadata gives, or a value outside its choices. A None is left unchecked.
     """
     for field in dataclasses.fields(settings):
-        value, rules, name = getattr(settings, field.name), field.metadata, where + field.name
+        value, rules = getattr(settings, field.name), field.metadata
+        name = where + text_name(field)
         if value is not None and field.type in NUMBERS:
             check_number(name, value, **{rule: rules[rule] for rule in RANGE if rule in rules})
         if rules.get("choices") and value not in rules["choices"]:

@@ -9,7 +9,7 @@ from typing import Optional
 from dataset import longest_shift
 from factgpt.common.errors import RunError
 from factgpt.corpus.reading import BLOCK_SIZE
-from factgpt.settings.fields import check_fields, parse_value, setting, value_type
+from factgpt.settings.fields import check_fields, parse_value, setting, text_name, value_type
 
 # the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
 # LayerNorms (ln1, ln2 and the final ln_f), the output head
@@ -23,14 +23,21 @@ class Stage:
     """
     One stage of pretraining: what it trains on, for how long, at what peak rate, on examples
     shifted how far. What it leaves None is the recipe's (the Recipe field whose `stage` names it).
-    Each stage starts a fresh optimizer from the params the stage before left. As text
-    (run.py --pretrain_stages) a stage reads `corpus+pairs epochs=20 lr=0.0003`.
+    Each stage starts a fresh optimizer from the params the stage before left. The fields the
+    course's Trainer reads (trainer=True) have its names; as text (run.py --pretrain_stages) a
+    stage reads `corpus+pairs epochs=20 lr=0.0003`, each field by its `text` name, else its own.
     """
 
     # corpus (span corruption), text (plain text), pairs, or one of the two +pairs
     data: str = "corpus+pairs"
-    epochs: Optional[int] = None  # how many epochs
-    lr: Optional[float] = None  # the peak learning rate
+    # how many epochs
+    max_epochs: Optional[int] = dataclasses.field(
+        default=None, metadata=dict(text="epochs", trainer=True)
+    )
+    # the peak learning rate
+    learning_rate: Optional[float] = dataclasses.field(
+        default=None, metadata=dict(text="lr", trainer=True)
+    )
     # 0..max_shift pads
     max_shift: Optional[int] = dataclasses.field(default=None, metadata={"at_least_zero": True})
     decay_epochs: Optional[int] = None  # the cosine's half period in epochs
@@ -38,16 +45,22 @@ class Stage:
     # the share of the biographies
     documents: float = dataclasses.field(default=1.0, metadata={"at_most": 1})
     full_names: Optional[bool] = None  # its biographies name their person in full
-    batch_size: Optional[int] = None  # examples per step
+    # examples per step
+    batch_size: Optional[int] = dataclasses.field(default=None, metadata=dict(trainer=True))
 
     def __str__(self):
         fields = dataclasses.fields(self)[1:]
         given = [
-            f"{f.name}={getattr(self, f.name)}"
+            f"{text_name(f)}={getattr(self, f.name)}"
             for f in fields
             if getattr(self, f.name) != f.default
         ]
         return " ".join([self.data, *given])
+
+    def trainer_settings(self):
+        """The fields the course's Trainer reads, under its names (TrainerConfig's)."""
+        fields = dataclasses.fields(self)
+        return {f.name: getattr(self, f.name) for f in fields if f.metadata.get("trainer")}
 
     @property
     def uses_pairs(self):
@@ -71,13 +84,14 @@ class Stage:
     def parse(cls, text):
         """A Stage from its text: the data, then NAME=VALUE for the fields it sets."""
         data, *assignments = text.split()
-        kinds = {f.name: value_type(f.type) for f in dataclasses.fields(cls)[1:]}
+        fields = {text_name(f): f for f in dataclasses.fields(cls)[1:]}
         values = {}
         for assignment in assignments:
             name, _, value = assignment.partition("=")
-            if name not in kinds:
-                raise RunError(f"stage {text!r}: {name!r} is not one of {', '.join(kinds)}")
-            values[name] = parse_value(kinds[name], value, f"stage {text!r}: {name}")
+            if name not in fields:
+                raise RunError(f"stage {text!r}: {name!r} is not one of {', '.join(fields)}")
+            kind = value_type(fields[name].type)
+            values[fields[name].name] = parse_value(kind, value, f"stage {text!r}: {name}")
         return cls(data, **values)
 
     def check(self, where):
@@ -125,13 +139,13 @@ class Recipe:
         0.1, at_least_zero=True, below=1, help="on the embeddings, the attention and the residuals"
     )
     pretrain_epochs: int = setting(
-        650, stage="epochs", help="a stage's epochs, where it gives none"
+        650, stage="max_epochs", help="a stage's epochs, where it gives none"
     )
     pretrain_batch_size: int = setting(
         128, stage="batch_size", help="examples per pretraining step, where a stage gives none"
     )
     pretrain_lr: float = setting(
-        6e-3, stage="lr", help="a stage's peak learning rate, where it gives none"
+        6e-3, stage="learning_rate", help="a stage's peak learning rate, where it gives none"
     )
     max_shift: int = setting(
         0, at_least_zero=True, stage="max_shift", help="examples start after 0..max_shift pads"
@@ -271,8 +285,8 @@ class Recipe:
             epochs, lr = self.finetune_epochs_from_scratch, self.finetune_lr_from_scratch
         return Stage(
             "pairs",
-            epochs=epochs,
-            lr=self.finetune_lr if lr is None else lr,
+            max_epochs=epochs,
+            learning_rate=self.finetune_lr if lr is None else lr,
             max_shift=0,
             decay_epochs=self.decay_epochs,
             batch_size=self.finetune_batch_size,
@@ -298,6 +312,11 @@ class Recipe:
         return {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["reading"]
         }
+
+    @classmethod
+    def trainer_defaults(cls):
+        """Every field the Trainer reads, at its default: TrainerConfig's defaults of them."""
+        return {f.name: f.default for f in dataclasses.fields(cls) if f.metadata["trainer"]}
 
     def trainer_settings(self, pretraining):
         """

@@ -24,7 +24,10 @@ CPU = dataclasses.replace(
     pretrain_epochs=650,
     pretrain_batch_size=32,
     pretrain_lr=3e-3,
-    pretrain_stages=(Stage(), Stage(epochs=20, lr=3e-4, max_shift=13, decay_epochs=20)),
+    pretrain_stages=(
+        Stage(),
+        Stage(max_epochs=20, learning_rate=3e-4, max_shift=13, decay_epochs=20),
+    ),
     finetune_lr=2e-4,
     finetune_lm_weight=0.5,
     warmup_tokens=127 * 2937,  # one epoch of wiki.txt

@@ -149,7 +149,7 @@ def training_epochs(cfg):
     """
     r = cfg.recipe
     if cfg.function == "pretrain":
-        return sum(stage.epochs for stage in r.stages())
+        return sum(stage.max_epochs for stage in r.stages())
     return (
         r.finetune_epochs_from_pretrained
         if cfg.reading_params_path

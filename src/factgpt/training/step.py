@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from factgpt.common.distributed import over_ranks
 from factgpt.common.errors import RunError
+from factgpt.corpus.reading import BLOCK_SIZE
 from factgpt.training.capture import capture_mode, lr_tensor, rate_in_tensor
 
 # -------------------------------------------------------------------------------------- the loss
@@ -198,6 +199,14 @@ def lr_multiplier(tokens, warmup_tokens, final_tokens, clamped=False):
     if clamped:
         progress = min(1.0, progress)
     return max(LR_FLOOR, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def decay_tokens(decay_epochs, examples):
+    """
+    The cosine's half period in tokens (TrainerConfig.final_tokens) as the course sets it:
+    decay_epochs epochs of `examples` examples, a block of tokens each.
+    """
+    return decay_epochs * examples * BLOCK_SIZE
 
 
 class TokenSchedule:

@@ -53,7 +53,7 @@ def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tm
     """
     cpu, wiki = RECIPES["cpu"], tiny_world["wiki.txt"]
     second = dataclasses.replace(cpu.pretrain_stages[1], epochs=2, decay_epochs=2)  # the cpu recipe's, shorter
-    assert (second.lr, second.max_shift) == (3e-4, 13) and cpu.pretrain_stages[0] == Stage()
+    assert (second.learning_rate, second.max_shift) == (3e-4, 13) and cpu.pretrain_stages[0] == Stage()
     stages = ["--pretrain_stages", f"corpus+pairs; {second}"]
     cpu_run = ["--recipe", "cpu", "--pretrain_epochs", 2, *SMALL]
     one, two = tmp_path / "one" / "p.params", tmp_path / "two" / "p.params"
@@ -62,7 +62,7 @@ def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tm
 
     stage = tmp_path / "stage.params"
     assert main(*pretrain_args("vanilla", wiki, stage), *cpu_run, "--pretrain_stages", "corpus+pairs") == 0
-    continued = ["--pretrain_epochs", 2, "--decay_epochs", 2, "--pretrain_lr", second.lr]
+    continued = ["--pretrain_epochs", 2, "--decay_epochs", 2, "--pretrain_lr", second.learning_rate]
     continued += ["--max_shift", second.max_shift, "--pretrain_stages", "corpus+pairs", "--reading_params_path", stage]
     assert main(*pretrain_args("vanilla", wiki, two), *cpu_run, *continued) == 0
     a, b = torch.load(one, weights_only=True), torch.load(two, weights_only=True)
@@ -89,7 +89,11 @@ def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tm
     assert all(torch.equal(closing_start[k], fresh[k]) for k in fresh)  # the first stage's params, carried in memory
     assert (first.learning_rate, first_data.max_shift, first.max_epochs) == (cpu.pretrain_lr, 0, 2)
     assert first.final_tokens == cpu.decay_epochs * len(first_data) * BLOCK_SIZE
-    assert (closing.learning_rate, closing_data.max_shift, closing.max_epochs) == (second.lr, second.max_shift, 2)
+    assert (closing.learning_rate, closing_data.max_shift, closing.max_epochs) == (
+        second.learning_rate,
+        second.max_shift,
+        2,
+    )
     assert closing.final_tokens == 2 * len(closing_data) * BLOCK_SIZE
     assert (first_kept.identity["stage"], kept_then.identity["stage"]) == (1, 2)
     ckpt = torch.load(f"{kept}.ckpt", weights_only=True)
@@ -189,7 +193,7 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
         "--probe_every",
         1,
         "--pretrain_stages",
-        f"corpus+pairs; {dataclasses.replace(RECIPES['cpu'].pretrain_stages[1], epochs=1)}",
+        f"corpus+pairs; {dataclasses.replace(RECIPES['cpu'].pretrain_stages[1], max_epochs=1)}",
         "--keep_checkpoint",
         *SMALL,
         *(["--corrupt_by_epoch"] if corrupt_by_epoch else []),

@@ -258,6 +258,8 @@ def test_cli_rejects_bad_sizes(tmp_path, args):
 
 def test_does_not_import_torch():
     code = subprocess.run(
-        [sys.executable, "-c", "import sys; from factgpt.table import world; assert 'torch' not in sys.modules"], cwd=ROOT / "src", timeout=60
+        [sys.executable, "-c", "import sys; from factgpt.table import world; assert 'torch' not in sys.modules"],
+        cwd=ROOT / "src",
+        timeout=60,
     ).returncode
     assert code == 0
