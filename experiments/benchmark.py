@@ -240,7 +240,7 @@ def pretraining_trainer(variant, files, recipe, device, sizes=None):
     set_seed(0)
     model = GPT(model_config(variant, pretrain.vocab_size, BLOCK_SIZE, sizes))
     cfg = RunConfig("pretrain", variant, "", recipe=recipe)
-    stage = Stage(epochs=1, batch_size=recipe.pretrain_batch_size, lr=recipe.pretrain_lr, decay_epochs=1)
+    stage = Stage(max_epochs=1, batch_size=recipe.pretrain_batch_size, learning_rate=recipe.pretrain_lr, decay_epochs=1)
     config = trainer_config(cfg, torch.device(device), stage, True, len(pretrain))
     return Trainer(model, pretrain, None, config)
 

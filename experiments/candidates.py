@@ -11,11 +11,11 @@ Sources: the writers' greedy places (the recipe's), the greedy biography's first
 each N of --biography_places, greedy again with the mask and pad characters forbidden, and for
 each temperature, --samples biographies drawn after the same opening ("NAME. "), with and
 without those characters, each giving its first --sampled_places places (each person's draws
-seeded by their name, as the readout's: src/ensemble.py). For each it prints the share of people
+seeded by their name, as the readout's: src/factgpt/readout/ensemble.py). For each it prints the share of people
 whose place is among the candidates, the candidates a person, and the seconds the source took;
 then the same for the sources added up.
 
---choose N instead fits the learned choice (src/choice.py) on N of the first 1,600, evenly, and
+--choose N instead fits the learned choice (src/factgpt/readout/choice.py) on N of the first 1,600, evenly, and
 checks it on the last 400: among the writers' and the greedy biography's candidates (the
 recipe's), with the samples' count of each place as a feature, and with the places that at least
 K samples (of the first temperature, without masks) name, for each K of --least.

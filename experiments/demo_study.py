@@ -10,11 +10,11 @@ stages' "pairs", finetuning, and the figures the demo prints, as one JSON line.
 --split tune holds the last fifth of the world's training people out (their questions
 never seen, scored after finetuning on the rest): the split to choose settings on.
 --split dev finetunes on every training person and scores the dev people: for the chosen
-settings, once. The recipe is the demo's (run.sh demo: config.RECIPES["demo"] with
-config.DEMO_VARIANT; the world is config.DEMO_WORLD) with the flags given, so that a winner
+settings, once. The recipe is the demo's (run.sh demo: RECIPES["demo"] with
+table.demo.DEMO_VARIANT; the world is table.demo.DEMO_WORLD) with the flags given, so that a winner
 can become it; the row names the fields that differ from it. Besides the accuracies, the
 row says how many scored birthplaces the pretrained model completes from the biography and
-from the name (evaluation.PROBES), and how many questions it answers before any finetuning
+from the name (readout.recall.PROBES), and how many questions it answers before any finetuning
 (pretrained_only: with --readout frames, the readout itself, its frames mined from the
 finetuned people's biographies, and no finetuning from pretrained params). The
 pretrain+finetune answers' details go to DIR/finetune.params.details

@@ -1,5 +1,5 @@
 """
-on_epoch_end hooks for pipeline.pretrain and pipeline.finetune (each gets a pipeline.EpochEnd
+on_epoch_end hooks for pipeline.pretrain and pipeline.finetune (each gets a training.logs.EpochEnd
 on rank 0 after every epoch): a birthplace-recall probe, and snapshots of the params.
 """
 

@@ -8,7 +8,7 @@ gets out of it, against the minutes spent pretraining.
 It pretrains as run.py would with these flags, saving the params every --every epochs
 (hooks.save_snapshots). Then, for every snapshot, it counts the birthplaces of the held-out
 people (--eval_corpus_path) that the model completes from their biographies (recall), from
-their names alone (name recall) and from their questions before finetuning (evaluation.PROBES;
+their names alone (name recall) and from their questions before finetuning (readout.recall.PROBES;
 the same people each), finetunes a copy on --finetune_corpus_path with the recipe's finetuning and counts the
 held-out questions it answers (accuracy). It writes <out>/curve.csv, one row per snapshot,
 and prints the table; experiments/plot_curves.py draws it. The held-out people must not be

@@ -1,5 +1,5 @@
 """
-The frames readout (src/frames.py, ensemble.py, fitting.py), studied on the training people:
+The frames readout (src/factgpt/readout/: frames.py, ensemble.py, fitting.py), studied on the training people:
 the frames mined from the first 1,600 people of birth_places_train.tsv and their zero-shot accuracy there, then
 ensembles of the best of them, fitted on those 1,600 and checked on the last 400.
 

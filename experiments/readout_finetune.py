@@ -1,5 +1,5 @@
 """
-Does any finetuning add to the frames readout (src/frames.py, ensemble.py, fitting.py)? Each
+Does any finetuning add to the frames readout (src/factgpt/readout/: frames.py, ensemble.py, fitting.py)? Each
 run finetunes the pretrained params on the first 1,600 people of birth_places_train.tsv, then the ensemble
 (its writers, and with --choice learned its weights) fitted zero-shot on those people,
 before any finetuning (finetuning on them would make them a poor judge of it), is scored on

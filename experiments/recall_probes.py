@@ -5,7 +5,7 @@ How many held-out birthplaces a pretrained model has memorised, and where they a
     python experiments/recall_probes.py vanilla wiki.txt --reading_params_path pretrain.params \\
         --eval_corpus_path birth_dev.tsv [--positions] [--prefix TEXT ...]
 
-Three lines, one per probe of evaluation.PROBES, each over the same people: the biographies
+Three lines, one per probe of readout.recall.PROBES, each over the same people: the biographies
 as pretraining lays them out (the name at position 0, every cue of the text before the
 place), the name and the two words before the place alone ("NAME. NAME born in "), and the question ("Where was NAME
 born?" and its mask). The position probe, --positions, adds three more with the biography

@@ -1,6 +1,6 @@
 """
 The frames readout's choice among its candidates, learned or summed, on the tuning split: the
-ensemble (its writers and the learned choice's weights, src/choice.py) is fitted on the
+ensemble (its writers and the learned choice's weights, src/factgpt/readout/choice.py) is fitted on the
 first 1,600 training people and checked on the last 400.
 
     python experiments/rerank.py vanilla wiki.txt --reading_params_path pretrain.params \\

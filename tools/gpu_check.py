@@ -330,7 +330,7 @@ def table(check):
     work.mkdir(parents=True, exist_ok=True)
     if args.resume_from:
         restore(Path(args.resume_from), work)
-    shutil.copy(ROOT / "run.sh", work / "run.sh")  # run.sh runs the src/assignment.py beside it
+    shutil.copy(ROOT / "run.sh", work / "run.sh")  # run.sh runs the src/ beside it
     if not (work / "src").is_symlink():
         (work / "src").symlink_to(ROOT / "src")  # whose real parent holds data/ (files.py)
     flags = [*shlex.split(args.table_flags), *shlex.split(args.run_flags)]

@@ -1,13 +1,28 @@
 """The research scripts in experiments/ on a small world: snapshots, scores, the picture, the recall probes."""
 
 import csv
+import dataclasses
 import json
 
 import pytest
 import torch
 
 from conftest import SMALL, run_script
+from factgpt import pipeline
+from factgpt.readout.recall import PROBES
+from factgpt.settings.run_config import RunConfig
+from factgpt.table.demo import DEMO_VARIANT
 from factgpt.training.params import read_metadata
+
+# the curve's columns, each the recall of a probe
+PROBE_COLUMNS = {"recalled": "biography", "name_recalled": "name", "question_recalled": "question"}
+
+
+def recalls_of(params, world, variant="vanilla", pairs="dev.tsv"):
+    """How many of the world's people each probe's prompt completes with their place, by the curve's column."""
+    cfg = RunConfig("evaluate", variant, str(world["wiki.txt"]), reading_params_path=str(params), device="cpu")
+    cfg = dataclasses.replace(cfg, eval_corpus_path=str(world[pairs]))
+    return {column: pipeline.recall(cfg, PROBES[probe])[0] for column, probe in PROBE_COLUMNS.items()}
 
 
 @pytest.mark.slow
@@ -34,8 +49,9 @@ def test_learning_curve_scores_every_snapshot_and_draws_it(tiny_world, tmp_path,
         rows = list(csv.DictReader(f))
     assert [int(row["epochs"]) for row in rows] == [1, 2]
     assert all(int(row["probed"]) == int(row["questions"]) == 24 for row in rows)
-    for row in rows:  # every probe counts the same people
-        assert all(0 <= int(row[probe]) <= 24 for probe in ("recalled", "name_recalled", "question_recalled"))
+    for row, epochs in zip(rows, (1, 2)):  # each column is its probe's count of that snapshot, counted here again
+        snapshot = out / f"pretrain.params.epoch{epochs}"
+        assert {column: int(row[column]) for column in PROBE_COLUMNS} == recalls_of(snapshot, tiny_world)
 
     # the last snapshot is the finished pretraining; each snapshot's metadata says when it was taken, and the
     # curve's minutes are those seconds rounded (to 3 decimals: a fast machine's first epoch can round to 0)
@@ -116,7 +132,14 @@ def test_demo_study_takes_recipe_flags_and_names_what_differs_from_the_demo(tmp_
         "readout": "question",
     }
     assert row["scored"] == 6 and row["finetune_only"] is None  # the last fifth of 30 training people
-    for probe in ("recalled", "name_recalled"):
-        recalled, probed = map(int, row[probe].split("/"))
-        assert 0 <= recalled <= probed <= 6
-    assert 0 <= row["pretrain_finetune"] <= 6 and (tmp_path / "finetune.params.details").exists()
+    # the probes' counts of the scored people, counted here again from the pretrained params
+    world = {"wiki.txt": tmp_path / "world" / "wiki.txt", "scored.tsv": tmp_path / "scored.tsv"}
+    counted = recalls_of(tmp_path / "pretrain.params", world, DEMO_VARIANT, "scored.tsv")
+    assert [int(row[probe].split("/")[0]) for probe in ("recalled", "name_recalled")] == [
+        counted["recalled"],
+        counted["name_recalled"],
+    ]
+    assert all(row[probe].endswith("/6") for probe in ("recalled", "name_recalled"))
+    # pretrain+finetune's score is that of the answers its details file holds
+    details = (tmp_path / "finetune.params.details").read_text(encoding="utf-8").splitlines()
+    assert len(details) == 6 and row["pretrain_finetune"] == sum(json.loads(line)["correct"] for line in details)

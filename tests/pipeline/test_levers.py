@@ -13,8 +13,7 @@ from factgpt.corpus.reading import load_corpus
 from factgpt.corpus.views import ClauseViews, PlainText, clause_view, full_named, viewed
 from factgpt.settings.recipe import Recipe, Stage, parse_stages
 from factgpt.settings.run_config import RunConfig
-from factgpt.training import adapters
-from factgpt.training import stage_data as training_data
+from factgpt.training import adapters, stage_data
 from factgpt.training.params import read_metadata
 from model import GPT, GPTConfig
 
@@ -100,7 +99,7 @@ def test_a_text_stage_reads_whole_documents_next_character_by_character():
 def test_a_text_stage_mixes_with_the_pairs_and_pretrains(tiny_world, tmp_path):
     cfg = RunConfig("pretrain", "vanilla", tiny_world["wiki.txt"], mix_corpus_path=tiny_world["train.tsv"])
     corpus = load_corpus(tiny_world["wiki.txt"])
-    text, mixed = (training_data.stage_data(cfg, corpus, Stage(data), [])[0] for data in ("text", "text+pairs"))
+    text, mixed = (stage_data.stage_data(cfg, corpus, Stage(data), [])[0] for data in ("text", "text+pairs"))
     assert isinstance(text, PlainText) and len(text) == len(corpus) and len(mixed) == len(corpus) + 60
     params = tmp_path / "text.params"
     args = [*pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_stages", "text; corpus epochs=1"]
@@ -113,7 +112,7 @@ def test_pair_copies_set_the_pairs_share_of_a_stage(tiny_world):
     assert str(stages[2]) == "corpus"
     cfg = RunConfig("pretrain", "vanilla", tiny_world["wiki.txt"], mix_corpus_path=tiny_world["train.tsv"])
     corpus = load_corpus(tiny_world["wiki.txt"])
-    sizes = [len(training_data.stage_data(cfg, corpus, stage, [])[0]) for stage in stages]
+    sizes = [len(stage_data.stage_data(cfg, corpus, stage, [])[0]) for stage in stages]
     assert sizes == [3 * 60, len(corpus) + 2 * 60, len(corpus)]
 
 
@@ -122,11 +121,11 @@ def test_a_stage_can_train_on_a_fixed_share_of_the_biographies(tiny_world):
     assert str(stage) == "corpus documents=0.25" and str(Stage("corpus")) == "corpus"
     cfg = RunConfig("pretrain", "vanilla", tiny_world["wiki.txt"])
     corpus = load_corpus(tiny_world["wiki.txt"])
-    subset = training_data.stage_data(cfg, corpus, stage, [])[0]
+    subset = stage_data.stage_data(cfg, corpus, stage, [])[0]
     assert len(subset) == round(len(corpus) / 4) and set(subset.data) < set(corpus.data)
     # the same people every epoch and run
-    assert training_data.stage_data(cfg, corpus, stage, [])[0].data == subset.data
-    other_seed = training_data.stage_data(dataclasses.replace(cfg, seed=1), corpus, stage, [])[0]
+    assert stage_data.stage_data(cfg, corpus, stage, [])[0].data == subset.data
+    other_seed = stage_data.stage_data(dataclasses.replace(cfg, seed=1), corpus, stage, [])[0]
     assert other_seed.data != subset.data
     with pytest.raises(RunError, match=r"documents must be at most 1, got 2.0"):
         Recipe(pretrain_stages=parse_stages("corpus documents=2"))
@@ -138,7 +137,7 @@ def test_a_stage_can_name_its_people_in_full_where_the_recipe_does_not(tmp_path)
     recipe = Recipe(pretrain_stages=parse_stages("corpus; corpus epochs=20 full_names=yes"))
     cfg = RunConfig("pretrain", "vanilla", str(wiki), recipe=recipe)
     corpus = load_corpus(str(wiki))
-    plain, named = (training_data.stage_data(cfg, corpus, stage, [])[0].data for stage in recipe.stages())
+    plain, named = (stage_data.stage_data(cfg, corpus, stage, [])[0].data for stage in recipe.stages())
     assert plain == corpus.data
     assert named == [
         "Stanley Corrsin. Stanley Corrsin was born in Baltimore.",

@@ -331,6 +331,11 @@ def test_the_kept_readouts_key_changes_with_every_setting_and_constant_of_the_fi
         files.append(tmp_path / name)
     settings = HANDOUT.reading_settings()
     key = fitting.kept_key(files, settings)
+    for path in files:  # each file it was fitted on (the params, the training pairs, the corpus), rewritten in turn
+        original = path.read_bytes()
+        path.write_bytes(original + b"!")
+        assert fitting.kept_key(files, settings) != key, f"a rewritten {path.name} would not refit the readout"
+        path.write_bytes(original)
     # every field that only evaluate reads (their list: test_checkpoint.py)
     assert set(settings) == {field.name for field in dataclasses.fields(HANDOUT) if field.metadata.get("reading")}
     for field in dataclasses.fields(HANDOUT):

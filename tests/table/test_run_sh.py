@@ -1,5 +1,5 @@
 """
-run.sh, the whole assignment's table (src/assignment.py), as a user runs it: its table, its
+run.sh, the whole assignment's table (factgpt.table.assignment), as a user runs it: its table, its
 settings or data changed, killed as a dropped session kills it; and collect_submission.sh.
 """
 

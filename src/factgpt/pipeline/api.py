@@ -1,7 +1,7 @@
 """
 The library API of a run: pretrain(cfg), finetune(cfg), evaluate(cfg) and recall(cfg) for a
-run_config.RunConfig, with no argparse inside. run.py is a thin command line over these, and the
-research scripts call them with their own configurations and on_epoch_end hooks.
+settings.run_config.RunConfig, with no argparse inside. run.py is a thin command line over these,
+and the research scripts call them with their own configurations and on_epoch_end hooks.
 
 Training keeps a resumable checkpoint at <writing_params_path>.ckpt. Under torchrun every
 rank runs the same call, and rank 0 alone writes.
@@ -118,7 +118,7 @@ def evaluate(cfg: RunConfig) -> Evaluation:
 def recall(cfg: RunConfig, prompt=PROBES["biography"]):
     """
     How many birthplaces of eval_corpus_path's people the params complete after `prompt`
-    (evaluation.PROBES), and how many people were probed.
+    (readout.recall.PROBES), and how many people were probed.
     """
     missing = [
         f"--{name}"

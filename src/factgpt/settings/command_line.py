@@ -129,7 +129,7 @@ def recipe_epilog():
     needs = [
         f"  {function}: {' '.join('--' + n for n in names)}" for function, names in REQUIRED.items()
     ]
-    # the frames readout is fitted on the training people (inputs.check_frames_inputs)
+    # the frames readout is fitted on the training people (pipeline.checks.check_frames_inputs)
     needs.append("  evaluate --readout frames: --finetune_corpus_path as well")
     return "\n".join(lines + ["", "flags each function needs:", *needs])
 
@@ -165,7 +165,7 @@ def build_parser(prog="run.py", description=None):
         "--recipe",
         choices=list(RECIPES),
         default="handout",
-        help="the named settings (src/config.py; default: handout)",
+        help="the named settings (factgpt/settings/recipes.py; default: handout)",
     )
     c = p.add_argument_group("run control")
     c.add_argument(

@@ -1,6 +1,6 @@
 """
-The settings of the experiment in one place: Recipe, every training setting, its pretraining
-Stages, and the named recipes. What one run is given besides is run_config.RunConfig.
+The Recipe: every setting of the experiment, a field each, and its pretraining Stages. The named
+recipes are in recipes.py; what one run is given besides is run_config.RunConfig.
 """
 
 import dataclasses
@@ -14,7 +14,13 @@ from factgpt.settings.fields import check_fields, parse_value, setting, text_nam
 # the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
 # LayerNorms (ln1, ln2 and the final ln_f), the output head
 FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
-STAGE_DATA = ("corpus", "pairs", "corpus+pairs", "text", "text+pairs")  # text: augment.PlainText
+STAGE_DATA = (
+    "corpus",
+    "pairs",
+    "corpus+pairs",
+    "text",
+    "text+pairs",
+)  # text: corpus.views.PlainText
 CAPTURED_STEPS = ("auto", "off", "cuda_graph", "compiled", "fused_graph")  # capture.py's ways
 
 
@@ -77,7 +83,7 @@ class Stage:
 
     @property
     def plain_text(self):
-        """Whether it reads the corpus as plain next-character prediction (augment.PlainText)."""
+        """Whether it reads the corpus as plain next-character prediction (views.PlainText)."""
         return self.data.startswith("text")
 
     @classmethod
@@ -126,7 +132,7 @@ class Recipe:
     """
     Every training setting, with the handout's as defaults. A new setting is one field here:
     run.py's flag, the checkpoint's identity, the params' metadata and the Trainer's setting
-    follow from the field. The learning rate's schedule is the course's (schedule.py).
+    follow from the field. The learning rate's schedule is the course's (training/step.py).
     """
 
     n_layer: int = setting(4, size=True, help="Transformer blocks")
@@ -154,7 +160,9 @@ class Recipe:
         (Stage(),), help="pretraining, stage by stage (Stage; as text, split at ';')"
     )
     full_names: bool = setting(
-        False, stage="full_names", help="the biographies name their person in full (augment.py)"
+        False,
+        stage="full_names",
+        help="the biographies name their person in full (corpus/views.py)",
     )
     clause_dropout: float = setting(
         0.0, at_least_zero=True, below=1, help="each example leaves each clause out this often"
@@ -347,22 +355,3 @@ class Recipe:
         if variant != "perceiver":
             del sizes["bottleneck_dim"]
         return sizes
-
-    def check_model(self, variant):
-        """RunError where the sizes do not make a model of the variant."""
-        if self.n_embd % self.n_head:
-            raise RunError(f"--n_embd {self.n_embd} must be a multiple of --n_head {self.n_head}")
-        if variant == "rope" and self.n_embd // self.n_head % 2:
-            raise RunError(
-                f"rope rotates pairs of dimensions: --n_embd {self.n_embd} / "
-                f"--n_head {self.n_head} must be an even head dimension"
-            )
-        if variant == "perceiver" and self.n_layer < 2:
-            raise RunError(
-                "the perceiver needs --n_layer 2 or more (a down- and an up-projection block)"
-            )
-        if variant == "perceiver" and self.bottleneck_dim > BLOCK_SIZE:
-            raise RunError(
-                f"--bottleneck_dim {self.bottleneck_dim} is more than the block size {BLOCK_SIZE}: "
-                "the perceiver's latents cannot outnumber the positions"
-            )

@@ -48,7 +48,10 @@ RECIPES = {
     "hour": dataclasses.replace(
         CPU,
         pretrain_epochs=170,
-        pretrain_stages=(Stage("text"), Stage("text", epochs=20, lr=3e-4, decay_epochs=20)),
+        pretrain_stages=(
+            Stage("text"),
+            Stage("text", max_epochs=20, learning_rate=3e-4, decay_epochs=20),
+        ),
         decay_epochs=170,
     ),
     # The demo world's (run.sh demo, with the rope variant; docs/demo.md says why each setting):

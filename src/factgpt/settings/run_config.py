@@ -11,6 +11,7 @@ from factgpt.common.errors import RunError
 from factgpt.settings.fields import path
 from factgpt.settings.recipe import Recipe
 from factgpt.settings.recipes import HANDOUT
+from factgpt.settings.shapes import check_model
 
 # on CUDA a checkpoint every 2 minutes, not after every (sub-second) epoch
 CUDA_CHECKPOINT_MINUTES = 2
@@ -103,5 +104,5 @@ def resolve_recipe(cfg, metadata):
                 f"leave --{name} out"
             )
         recipe = dataclasses.replace(recipe, **{name: trained})
-    recipe.check_model(cfg.variant)
+    check_model(recipe, cfg.variant)
     return recipe

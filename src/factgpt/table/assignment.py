@@ -121,7 +121,7 @@ def job_flags_and_env(jobs, cuda):
 
 
 def parse_args(argv):
-    """assignment.py's own flags; the rest are run.py flags for every training and evaluation."""
+    """The table's own flags; the rest are run.py flags for every training and evaluation."""
     parser = OneLineParser(
         prog="run.sh",
         description=__doc__,

@@ -7,7 +7,7 @@ questions in the biographies' own words (or, with --readout question in DEMO_FLA
 asked the question), against the handout's question asked of the same params, finetuning without
 pretraining and the most frequent training birthplace. The dev people's questions are never trained
 on. DEMO_SEED seeds the world and the training; DEMO_WORLD (world.py's flags; by default
-config.DEMO_WORLD) and DEMO_FLAGS (run.py's) shrink it.
+DEMO_WORLD below) and DEMO_FLAGS (run.py's) shrink it.
 """
 
 import contextlib

@@ -15,8 +15,9 @@ from torch.nn.utils import parametrize
 
 def freeze(model, parts):
     """
-    Leave the parameters of the model's `parts` (config.FREEZABLE) out of training: they get no
-    gradient, so AdamW neither moves nor decays them. "ln" is every part whose name starts with ln.
+    Leave the parameters of the model's `parts` (settings.recipe.FREEZABLE) out of training: they
+    get no gradient, so AdamW neither moves nor decays them. "ln" is every part whose name starts
+    with ln.
     """
     for name, parameter in model.named_parameters():
         components = name.split(".")

@@ -1,7 +1,7 @@
 """
 How examples become an epoch's global batches, drawn on the CPU in an order fixed by the epoch's
 seed. Every model here is causal and the loss ignores pad targets (id 0), so a batch can be cut
-after its last real target without changing its loss (objective.py splits it further).
+after its last real target without changing its loss (step.py splits it further).
 """
 
 import math
