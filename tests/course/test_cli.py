@@ -26,9 +26,10 @@ from conftest import (
 from conftest import run_main as main
 from factgpt.corpus.reading import BLOCK_SIZE
 from factgpt.training.params import save_params
+from model import VARIANTS
 
 
-@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "synthesizer", "rope"])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_pretrain_finetune_evaluate(variant, small_pretrained, tiny_world, tmp_path, capsys):
     """Each variant pretrains (small_pretrained runs the command), finetunes from those params and evaluates."""
     wiki = tiny_world["wiki.txt"]
@@ -159,14 +160,21 @@ def test_help_names_each_subcommands_flags_and_the_model_sizes(capsys, monkeypat
 
 
 def test_pretraining_settings_pass_through_finetune_and_evaluate(tiny_world, tmp_path):
-    """run.sh gives its overrides to every command: a pretraining-only setting is ignored by the others."""
-    wiki, params = tiny_world["wiki.txt"], tmp_path / "ft.params"
+    """
+    run.sh gives its overrides to every command: a pretraining-only setting is ignored by the others,
+    whose params and predictions are byte for byte those of the command without it.
+    """
+    wiki = tiny_world["wiki.txt"]
     only_pretraining = ["--corrupt_by_epoch", "--max_shift", 4, "--pretrain_stages", "corpus+pairs; corpus epochs=1"]
     only_pretraining += ["--pretrain_epochs", 1]
-    finetune = finetune_args("vanilla", wiki, params, tiny_world["train.tsv"])
-    assert main(*finetune, "--finetune_epochs_from_scratch", 1, *TINY, *only_pretraining) == 0
-    evaluate = evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], tmp_path / "dev.predictions")
-    assert main(*evaluate, *TINY, *only_pretraining) == 0
+    written = []
+    for name, given in (("with", only_pretraining), ("without", [])):
+        params, predictions = tmp_path / f"{name}.params", tmp_path / f"{name}.dev.predictions"
+        finetune = finetune_args("vanilla", wiki, params, tiny_world["train.tsv"])
+        assert main(*finetune, "--finetune_epochs_from_scratch", 1, *TINY, *given) == 0
+        assert main(*evaluate_args("vanilla", wiki, params, tiny_world["dev.tsv"], predictions), *TINY, *given) == 0
+        written.append((params.read_bytes(), predictions.read_bytes()))
+    assert written[0] == written[1]
 
 
 TOY_ATTENTION = '''

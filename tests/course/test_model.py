@@ -9,9 +9,8 @@ import torch.nn.functional as F
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
 from conftest import small_gpt, small_gpt_config
 from factgpt.training.params import load_params, save_params
-from model import GPT, Block, DownProjectBlock, GPTConfig, UpProjectBlock
+from model import GPT, VARIANTS, Block, DownProjectBlock, GPTConfig, UpProjectBlock
 
-VARIANTS = ["vanilla", "perceiver", "synthesizer", "rope"]
 VOCAB, BLOCK = 40, 32
 SIZES = dict(n_layer=4, n_head=4, n_embd=32, bottleneck_dim=8)
 

@@ -101,9 +101,19 @@ def test_a_text_stage_mixes_with_the_pairs_and_pretrains(tiny_world, tmp_path):
     corpus = load_corpus(tiny_world["wiki.txt"])
     text, mixed = (stage_data.stage_data(cfg, corpus, Stage(data), [])[0] for data in ("text", "text+pairs"))
     assert isinstance(text, PlainText) and len(text) == len(corpus) and len(mixed) == len(corpus) + 60
-    params = tmp_path / "text.params"
-    args = [*pretrain_args("vanilla", tiny_world["wiki.txt"], params), "--pretrain_stages", "text; corpus epochs=1"]
-    assert run_main(*args, "--pretrain_epochs", "1", *SMALL) == 0 and params.exists()
+    # from the command line: a first stage of plain text trains other params than one of span corruption
+    written = []
+    for first in ("text", "corpus"):
+        params = tmp_path / f"{first}.params"
+        stages = ["--pretrain_stages", f"{first}; corpus epochs=1"]
+        assert (
+            run_main(
+                *pretrain_args("vanilla", tiny_world["wiki.txt"], params), *stages, "--pretrain_epochs", "1", *SMALL
+            )
+            == 0
+        )
+        written.append(torch.load(params, weights_only=True))
+    assert any(not torch.equal(written[0][name], written[1][name]) for name in written[0])
 
 
 def test_pair_copies_set_the_pairs_share_of_a_stage(tiny_world):
@@ -208,5 +218,12 @@ def test_finetuning_with_adapters_or_on_recalled_people_from_the_command_line(ti
     said = capsys.readouterr().err.strip().splitlines()[-1]  # after the warning about the tiny world's "?"
     assert said == "run.py: error: finetune_people: the params recall none of the finetuning people's birthplaces"
     assert not chosen.exists()
-    # without params to recall from, every person is finetuned on (as run.sh's finetuning from scratch)
-    assert run_main(*args, "--finetune_epochs_from_scratch", "1", "--finetune_people", "name", *SMALL) == 0
+    # without params to recall from, every person is finetuned on (as run.sh's finetuning from scratch):
+    # the params are those of finetuning on all of them
+    scratch = []
+    for people in ("name", "all"):
+        params = tmp_path / f"scratch.{people}.params"
+        from_scratch = finetune_args("vanilla", corpus, params, train)
+        assert run_main(*from_scratch, "--finetune_epochs_from_scratch", "1", "--finetune_people", people, *SMALL) == 0
+        scratch.append(params.read_bytes())
+    assert scratch[0] == scratch[1]

@@ -528,14 +528,21 @@ def finetuning_study(frames_world, tmp_path_factory):
     return code, out.getvalue(), rows
 
 
-def test_the_finetuning_study_reads_out_each_way_of_finetuning(finetuning_study):
+def test_the_finetuning_study_reads_out_each_way_of_finetuning(finetuning_study, frames_world, tmp_path):
     """experiments/readout_finetune.py: a row per run, adapters and rehearsal among them, under the learned choice."""
     code, out, _ = finetuning_study
     lines = out.splitlines()
     assert code == 0 and "choice: learned" in lines
     rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and line.endswith(" |")][2:]
     assert [row[0] for row in rows] == FINETUNING_RUNS
-    assert all(0 <= float(cell[:-1]) <= 100 for row in rows for cell in row[1:3])
+    # the checked people are the world's 60 training people (the last 400 of them): each cell is k of 60
+    assert all(cell in {f"{k / 60:.1%}" for k in range(61)} for row in rows for cell in row[1:3])
+    # the zero-shot run is the pretrained params: its question column is evaluate's, asked the same questions
+    asked = tmp_path / "zero_shot.predictions"
+    cfg = RunConfig("evaluate", "vanilla", frames_world["wiki.txt"], reading_params_path=frames_world["params"])
+    cfg = dataclasses.replace(cfg, eval_corpus_path=frames_world["train.tsv"], outputs_path=str(asked), device="cpu")
+    evaluation = pipeline.evaluate(cfg)
+    assert evaluation.total == 60 and rows[0][2] == f"{evaluation.correct / 60:.1%}"
 
 
 def test_rehearsal_mixes_the_questions_with_as_many_span_corrupted_documents(frames_world, finetuning_study):

@@ -205,8 +205,10 @@ def test_pretraining_with_the_cpu_recipe_reports_recall(tiny_world, tmp_path, co
     assert [r.split(":")[0] for r in reports] == ["epoch 1", "epoch 2", "epoch 3"]  # the second stage's epoch 3
     assert all(" of 24 birthplaces of " in r for r in reports)  # every dev person's document names the place
     assert all(re.search(r"answers \d+ of its 24 questions", r) for r in reports)
-    assert params.exists()
     checkpoint = torch.load(f"{params}.ckpt", weights_only=True)  # the second stage's, the one checkpoint
+    written = torch.load(params, weights_only=True)  # the params: the model its last checkpoint holds
+    assert sorted(written) == sorted(checkpoint["model"])
+    assert all(torch.equal(value, checkpoint["model"][name]) for name, value in written.items())
     identity = checkpoint["run_identity"]
     assert checkpoint["params_metadata"]["recipe"] == "cpu" and identity["dropout"] == 0.0 and identity["stage"] == 2
     assert identity["corrupt_by_epoch"] == corrupt_by_epoch

@@ -56,11 +56,13 @@ def test_a_checkpoint_of_other_settings_is_never_resumed(tmp_path):
     folder = assignment_copy(tmp_path / "stale")
     checkpoint = folder / "vanilla.pretrain.params.ckpt"
     killed_table(folder, lambda f: checkpoint.exists())
+    old_dropout = torch.load(checkpoint, weights_only=True)["run_identity"]["dropout"]
     old_key = record(folder, "vanilla.pretrain.params")["key"]
     new_key = lambda f: record(f, "vanilla.pretrain.params").get("key", old_key) != old_key  # noqa: E731
     killed_table(folder, new_key, "--dropout", "0.05")
-    if checkpoint.exists():  # only the new settings' own, from their first epoch
-        assert torch.load(checkpoint, weights_only=True)["run_identity"]["dropout"] == 0.05
+    # stopped once the new settings' training had started: the old checkpoint is gone, or replaced by theirs
+    left = torch.load(checkpoint, weights_only=True)["run_identity"]["dropout"] if checkpoint.exists() else None
+    assert old_dropout != 0.05 and left in (None, 0.05), f"the old settings' checkpoint (dropout {left}) was kept"
     done = run_table(folder, "--dropout", "0.05")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "failed" not in (folder / "results.md").read_text(encoding="utf-8")
