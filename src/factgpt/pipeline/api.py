@@ -11,26 +11,16 @@ import dataclasses
 import logging
 from typing import Sequence
 
-from factgpt.common.distributed import (
-    gather_interleaved,
-    launch_rank,
-    rank_and_world_size,
-)
+from factgpt.common.distributed import gather_interleaved, launch_rank, rank_and_world_size
 from factgpt.common.errors import RunError
 from factgpt.common.files import atomic_write
-from factgpt.corpus.reading import (
-    answered_pairs,
-    load_pairs,
-    read_pairs,
-)
+from factgpt.corpus.reading import answered_pairs, load_pairs, read_pairs
 from factgpt.pipeline.start import build, checked_run, load
 from factgpt.pipeline.trainings import saved_checkpoint, train, write_params
 from factgpt.readout.answers import rank_answers
 from factgpt.readout.recall import PROBES, probed_recall, recalled_pairs
 from factgpt.readout.scores import Evaluation, details_lines
-from factgpt.settings.run_config import (
-    RunConfig,
-)
+from factgpt.settings.run_config import RunConfig
 from factgpt.training import adapters
 from factgpt.training.logs import Hook
 from factgpt.training.stage_data import stage_data

@@ -1,11 +1,10 @@
 """
-A run's inputs and their checks: the corpus, whose characters are the vocabulary, the
-question<TAB>place files, the function's paths and outputs, and the held-out documents. Each problem
-is a one-line RunError.
+What a run is checked for before anything is read: the function's paths, that no output is an
+input, that each output can be written, and that the stages have their data. Each problem is a
+one-line RunError.
 """
 
 import filecmp
-import logging
 import os
 import tempfile
 
@@ -13,8 +12,6 @@ from factgpt.common.errors import RunError
 from factgpt.common.files import resolve_data_path
 from factgpt.settings.run_config import INPUTS, OUTPUTS, REQUIRED
 from model import VARIANTS
-
-logger = logging.getLogger(__name__)
 
 
 def check_config(cfg):

@@ -1,6 +1,6 @@
 """
-What a model's answers are worth: the answers to a question file and their score, their
-details as JSON lines, and how many held-out birthplaces a pretrained model recalls.
+A question file's answers by the recipe's readout: greedy after the handout's question, or the
+frames readout, fitted on the training people or kept from an earlier fit.
 """
 
 import functools

@@ -1,9 +1,8 @@
 """
-What a training trains on: a pretraining stage's examples, with its epoch hooks, and the finetuning
-pairs whose place the params recall (Recipe.finetune_people).
+What a pretraining stage trains on: the corpus (less any held-out part, and its share of the
+documents) in the stage's view, and the mixed pairs, with the stage's epoch hooks.
 """
 
-import logging
 import random
 
 from torch.utils.data import ConcatDataset
@@ -11,8 +10,6 @@ from torch.utils.data import ConcatDataset
 from factgpt.corpus.reading import held_out_split, load_pairs
 from factgpt.corpus.views import viewed
 from factgpt.training.logs import HeldOutLoss
-
-logger = logging.getLogger(__name__)
 
 
 def stage_data(cfg, corpus, stage, hooks):
