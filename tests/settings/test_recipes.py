@@ -52,7 +52,7 @@ def test_the_second_stage_is_pretraining_continued_with_its_flags(tiny_world, tm
     the first stage is left beside the params; snapshots count epochs and seconds on across the stages.
     """
     cpu, wiki = RECIPES["cpu"], tiny_world["wiki.txt"]
-    second = dataclasses.replace(cpu.pretrain_stages[1], epochs=2, decay_epochs=2)  # the cpu recipe's, shorter
+    second = dataclasses.replace(cpu.pretrain_stages[1], max_epochs=2, decay_epochs=2)  # the cpu recipe's, shorter
     assert (second.learning_rate, second.max_shift) == (3e-4, 13) and cpu.pretrain_stages[0] == Stage()
     stages = ["--pretrain_stages", f"corpus+pairs; {second}"]
     cpu_run = ["--recipe", "cpu", "--pretrain_epochs", 2, *SMALL]
