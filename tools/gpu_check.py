@@ -156,6 +156,7 @@ class Check:
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=default_sigint,
             )
             try:
                 code, cut = process.wait(timeout=limit), False
@@ -165,6 +166,14 @@ class Check:
         ended = Ended(code, time.monotonic() - start, cut, limit)
         self.note(f"- `{name}`: {ended}")
         return ended
+
+
+def default_sigint():
+    """
+    In a part's process before it starts: SIGINT's default action, which a shell's background job
+    (`nohup ... &`) leaves ignored, so that a cut part stops at once instead of after GRACE.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def stop(process):

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import stat
 import sys
 import tarfile
@@ -70,6 +71,21 @@ def test_a_part_cut_at_its_limit_gets_sigint(tmp_path):
     next_call = summary.split("## Next\n\n")[1].splitlines()
     assert next_call[0] == "next call, for the parts left:" and "--resume_from" not in next_call[1]
     assert shlex.split(next_call[1])[3:] == argv
+
+
+def test_a_part_gets_sigint_where_its_caller_ignores_it(tmp_path):
+    """
+    Started as a shell's background job (`nohup ... &`), which leaves SIGINT ignored, a part still
+    takes SIGINT at its limit: it stops at once, not after the grace before SIGKILL.
+    """
+    out = tmp_path / "OUT"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert gpu_check(out, "--parts", "command", "--command", "sleep 30", "--limits", "command=1") == 1
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    assert re.search(r"^- `command`: cut at its 1 s limit, SIGINT, \d s$", summary, re.M), summary
 
 
 PARAMS = 8 * 2**20  # two params files of this size fill more than one piece of 15 MiB
