@@ -16,9 +16,7 @@ from factgpt.common.questions import question_place_pairs, read_questions
 
 logger = logging.getLogger(__name__)
 
-BLOCK_SIZE = 128
-
-
+BLOCK_SIZE = 128  # characters a model reads at once: the handout's block
 HELD_OUT_SEED = 0  # which documents held_out_fraction holds out, and their span corruptions
 
 

@@ -14,14 +14,10 @@ from factgpt.settings.fields import check_fields, parse_value, setting, text_nam
 # the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
 # LayerNorms (ln1, ln2 and the final ln_f), the output head
 FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
-STAGE_DATA = (
-    "corpus",
-    "pairs",
-    "corpus+pairs",
-    "text",
-    "text+pairs",
-)  # text: corpus.views.PlainText
-CAPTURED_STEPS = ("auto", "off", "cuda_graph", "compiled", "fused_graph")  # capture.py's ways
+# what a stage trains on; text: the corpus as plain text (corpus.views.PlainText)
+STAGE_DATA = ("corpus", "pairs", "corpus+pairs", "text", "text+pairs")
+# the ways of replaying a CUDA step (training/capture.py): the choices of Recipe.captured_step
+CAPTURED_STEPS = ("auto", "off", "cuda_graph", "compiled", "fused_graph")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,10 +9,7 @@ from factgpt.settings.recipe import Recipe, Stage
 
 HANDOUT_BOTTLENECK_DIM = 64  # the m the handout's perceiver commands pass (run.sh, the benchmark)
 
-
 HANDOUT = Recipe()
-
-
 # Two hours on 2 CPU cores (docs/cpu-recipe.md): a narrower model in small grouped batches, then
 # 20 epochs of shifted examples at a tenth of the rate, read out in the corpus's own words
 # (docs/readout.md). --readout question finetunes on the question instead (docs/extraction.md).
@@ -38,7 +35,6 @@ CPU = dataclasses.replace(
     # the places its own biography names, among the candidates (docs/readout.md)
     readout_biography=2,
 )
-
 
 RECIPES = {
     "handout": HANDOUT,
