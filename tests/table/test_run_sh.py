@@ -14,7 +14,9 @@ import pytest
 
 from conftest import ROOT
 from factgpt.common.questions import read_question_file, score_line
+from factgpt.table.assignment import DATA, table_rows
 from factgpt.table.submission import COURSE_MODULES
+from model import VARIANTS
 from tables import (
     LEFT_BEHIND,
     TRAININGS,
@@ -200,3 +202,24 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
         (tmp_path / "assignment5.zip").write_text("an older zip")
         code, _, err = collect(tmp_path, *args)
         assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "assignment5.zip").exists(), err
+
+
+def test_a_task_reruns_only_when_what_it_reads_changes(tiny_world, tmp_path, monkeypatch):
+    """
+    A finetuning flag changes the finetunings' keys and keeps every pretraining's; a pretraining
+    flag changes the pretrainings'. (An evaluation's key waits for the params it reads.)
+    """
+    for name, source in zip(DATA, ("wiki.txt", "train.tsv", "dev.tsv", "test.tsv")):
+        shutil.copy(tiny_world[source], tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+
+    def keys(*flags):
+        return {(row.prefix, task.name): task.key() for row in table_rows(VARIANTS, list(flags)) for task in row.tasks}
+
+    base = keys("--recipe", "cpu")
+    pretrainings = {name for name in base if name[1] == "pretraining"}
+    assert len(pretrainings) == len(VARIANTS) and all(base[name] for name in pretrainings)
+    scratch = ("vanilla.nopretrain", "finetuning")  # the one finetuning whose inputs are all there
+    for flag, value, changed in [("--finetune_lr", "1e-4", {scratch}), ("--pretrain_lr", "1e-3", pretrainings)]:
+        other = keys("--recipe", "cpu", flag, value)
+        assert {name for name in base if base[name] != other[name]} == changed, flag

@@ -24,12 +24,15 @@ DATASET = range(2937)  # run_identity needs only the number of examples
 
 def test_the_identity_covers_every_recipe_field_by_construction():
     """
-    A recipe that differs from the handout's in any one field that training reads, a new one
-    too, is another run's; one that only evaluate reads (the readout) is the same run's.
+    A recipe that differs from the handout's in any one field that pretraining reads, a new one
+    too, is another run's; one that only evaluate reads (the readout), or only finetuning, is the
+    same pretraining's.
     """
     base = trainings.run_identity(CFG, DATASET, vocab_size=256)
     fields = dataclasses.fields(Recipe)
     reading = {field.name for field in fields if field.metadata.get("reading")}
+    finetuning = {field.name for field in fields if field.metadata["training"] == "finetuning"}
+    assert {"finetune_lr", "finetune_epochs_from_pretrained", "finetune_lm_weight"} <= finetuning
     assert reading == {
         "readout",
         "readout_frames",
@@ -44,9 +47,14 @@ def test_the_identity_covers_every_recipe_field_by_construction():
             dataclasses.replace(CFG, recipe=dataclasses.replace(HANDOUT, **{field.name: value})), DATASET, 256
         )
         changed = {key for key in base if other[key] != base[key]}
-        assert changed == (set() if field.name in reading else {field.name}), field.name
+        assert changed == (set() if field.name in reading | finetuning else {field.name}), field.name
     run = {"function", "variant", "seed", "stage", "examples", "vocab_size", *INPUTS}
-    assert set(base) == {f.name for f in fields} - reading | run
+    assert set(base) == {f.name for f in fields} - reading - finetuning | run
+    # a finetuning's identity: the fields finetuning reads, none that only pretraining reads
+    finetune = trainings.run_identity(dataclasses.replace(CFG, function="finetune"), DATASET, 256)
+    pretraining = {field.name for field in fields if field.metadata["training"] == "pretraining"}
+    assert set(finetune) == {f.name for f in fields} - reading - pretraining | run
+    assert {"pretrain_lr", "pretrain_stages", "held_out_fraction"} <= pretraining
     assert base["pretrain_stages"] == "corpus+pairs" and base["stage"] == 1 and base["examples"] == 2937
     # the run's own: the function, variant and seed, the inputs and data, the stage
     for other in [

@@ -24,10 +24,10 @@ logger = logging.getLogger(__name__)
 
 def run_identity(cfg, dataset, vocab_size, stage=1):
     """
-    What a checkpoint belongs to: the whole recipe, the function, variant and seed, the inputs and
-    the stage.
+    What a checkpoint belongs to: the recipe's fields its training reads, the function, variant and
+    seed, the inputs and the stage.
     """
-    recipe = cfg.recipe.training_settings()
+    recipe = cfg.recipe.training_settings(cfg.function)
     run = dict(function=cfg.function, variant=cfg.variant, seed=cfg.seed, stage=stage)
     inputs = {name: getattr(cfg, name) for name in INPUTS} | dict(
         examples=len(dataset), vocab_size=vocab_size

@@ -18,7 +18,8 @@ RULES = dict(
     at_least_zero=False,
     below=None,
     stage=None,
-    trainer=None,
+    trainer=False,
+    training=None,
     reading=False,
     help=None,
 )
@@ -29,8 +30,9 @@ def setting(default=None, **rules):
     A Recipe field's default and what it applies to, said once (RULES, with their defaults). size:
     it shapes the params. choices: its values, the first by default. at_least_zero, below: its range
     (else positive). stage: the Stage field it fills where a stage leaves it None. trainer: the
-    Trainer reads it in "pretraining", "finetuning" or every "training". reading: only evaluate
-    reads it. help: its flag's line in run.py --help.
+    Trainer reads it. training: only "pretraining" or only "finetuning" reads it (None: both, or
+    neither where it is reading). reading: only evaluate reads it. help: its flag's line in run.py
+    --help.
     """
     unknown = set(rules) - set(RULES)
     if unknown:

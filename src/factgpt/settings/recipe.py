@@ -18,6 +18,8 @@ FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
 STAGE_DATA = ("corpus", "pairs", "corpus+pairs", "text", "text+pairs")
 # the ways of replaying a CUDA step (training/capture.py): the choices of Recipe.captured_step
 CAPTURED_STEPS = ("auto", "off", "cuda_graph", "compiled", "fused_graph")
+# the training each function runs: a field whose `training` names another is not read by it
+TRAININGS = {"pretrain": "pretraining", "finetune": "finetuning"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,89 +143,131 @@ class Recipe:
         0.1, at_least_zero=True, below=1, help="on the embeddings, the attention and the residuals"
     )
     pretrain_epochs: int = setting(
-        650, stage="max_epochs", help="a stage's epochs, where it gives none"
+        650,
+        stage="max_epochs",
+        help="a stage's epochs, where it gives none",
+        training="pretraining",
     )
     pretrain_batch_size: int = setting(
-        128, stage="batch_size", help="examples per pretraining step, where a stage gives none"
+        128,
+        stage="batch_size",
+        help="examples per pretraining step, where a stage gives none",
+        training="pretraining",
     )
     pretrain_lr: float = setting(
-        6e-3, stage="learning_rate", help="a stage's peak learning rate, where it gives none"
+        6e-3,
+        stage="learning_rate",
+        help="a stage's peak learning rate, where it gives none",
+        training="pretraining",
     )
     max_shift: int = setting(
-        0, at_least_zero=True, stage="max_shift", help="examples start after 0..max_shift pads"
+        0,
+        at_least_zero=True,
+        stage="max_shift",
+        help="examples start after 0..max_shift pads",
+        training="pretraining",
     )
     pretrain_stages: tuple = setting(
-        (Stage(),), help="pretraining, stage by stage (Stage; as text, split at ';')"
+        (Stage(),),
+        help="pretraining, stage by stage (Stage; as text, split at ';')",
+        training="pretraining",
     )
     full_names: bool = setting(
         False,
         stage="full_names",
         help="the biographies name their person in full (corpus/views.py)",
+        training="pretraining",
     )
     clause_dropout: float = setting(
-        0.0, at_least_zero=True, below=1, help="each example leaves each clause out this often"
+        0.0,
+        at_least_zero=True,
+        below=1,
+        help="each example leaves each clause out this often",
+        training="pretraining",
     )
     held_out_fraction: float = setting(
-        0.0, at_least_zero=True, below=1, help="a share of documents held out of pretraining"
+        0.0,
+        at_least_zero=True,
+        below=1,
+        help="a share of documents held out of pretraining",
+        training="pretraining",
     )
     finetune_epochs_from_scratch: int = setting(
-        75, help="finetuning epochs without pretrained params"
+        75, help="finetuning epochs without pretrained params", training="finetuning"
     )
     finetune_epochs_from_pretrained: int = setting(
-        10, help="finetuning epochs from pretrained params"
+        10, help="finetuning epochs from pretrained params", training="finetuning"
     )
-    finetune_batch_size: int = setting(256, help="examples per finetuning step")
-    finetune_lr: float = setting(6e-4, help="finetuning's peak learning rate")
+    finetune_batch_size: int = setting(
+        256, help="examples per finetuning step", training="finetuning"
+    )
+    finetune_lr: float = setting(
+        6e-4, help="finetuning's peak learning rate", training="finetuning"
+    )
     finetune_lr_from_scratch: Optional[float] = setting(
-        help="the peak rate without pretrained params (None: finetune_lr)"
+        help="the peak rate without pretrained params (None: finetune_lr)", training="finetuning"
     )
     finetune_frozen: str = setting(
-        "", help='parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)'
+        "",
+        help='parts finetuning leaves as they are, e.g. "mlp" or "mlp,tok_emb" (FREEZABLE)',
+        training="finetuning",
     )
     finetune_lm_weight: float = setting(
-        0.0, at_least_zero=True, trainer="finetuning", help="GPT-1's auxiliary loss weight"
+        0.0,
+        at_least_zero=True,
+        trainer=True,
+        training="finetuning",
+        help="GPT-1's auxiliary loss weight",
     )
     finetune_people: str = setting(
-        choices=("all", "biography", "name"), help="all, or only the people the params recall"
+        choices=("all", "biography", "name"),
+        help="all, or only the people the params recall",
+        training="finetuning",
     )
     finetune_lora_rank: int = setting(
-        0, at_least_zero=True, help="from params: train rank-r adapters of the Linear weights"
+        0,
+        at_least_zero=True,
+        help="from params: train rank-r adapters of the Linear weights",
+        training="finetuning",
     )
     warmup_tokens: int = setting(
-        512 * 20, at_least_zero=True, trainer="training", help="the rate's linear warmup (tokens)"
+        512 * 20, at_least_zero=True, trainer=True, help="the rate's linear warmup (tokens)"
     )
     decay_epochs: int = setting(
         200, stage="decay_epochs", help="the cosine's half period, in epochs"
     )
     weight_decay: float = setting(
-        0.1, at_least_zero=True, trainer="training", help="AdamW's, on what decay_groups names"
+        0.1, at_least_zero=True, trainer=True, help="AdamW's, on what decay_groups names"
     )
     decay_groups: str = setting(
-        choices=("course", "matmul"), trainer="training", help="matmul: Linear weights only"
+        choices=("course", "matmul"), trainer=True, help="matmul: Linear weights only"
     )
     lr_schedule: str = setting(
-        choices=("course", "clamped"), trainer="training", help="clamped: no rise again"
+        choices=("course", "clamped"), trainer=True, help="clamped: no rise again"
     )
     precision: str = setting(
-        choices=("fp32", "tf32", "bf16", "fp16"), trainer="training", help="bf16, fp16: autocast"
+        choices=("fp32", "tf32", "bf16", "fp16"), trainer=True, help="bf16, fp16: autocast"
     )
     group_by_length: bool = setting(
-        False, trainer="pretraining", help="batches from pools grouped by length"
+        False, trainer=True, training="pretraining", help="batches from pools grouped by length"
     )
     corrupt_by_epoch: bool = setting(
-        False, trainer="pretraining", help="an epoch's span corruptions drawn at once"
+        False,
+        trainer=True,
+        training="pretraining",
+        help="an epoch's span corruptions drawn at once",
     )
     full_padding: bool = setting(
-        False, trainer="training", help="rows padded to the block, not cut after their targets"
+        False, trainer=True, help="rows padded to the block, not cut after their targets"
     )
     fixed_shapes: bool = setting(
-        False, trainer="training", help="every batch one shape (CUDA graphs), grown with pad rows"
+        False, trainer=True, help="every batch one shape (CUDA graphs), grown with pad rows"
     )
     compile: bool = setting(
-        False, trainer="training", help="torch.compile the model for training (speed)"
+        False, trainer=True, help="torch.compile the model for training (speed)"
     )
     captured_step: str = setting(
-        choices=CAPTURED_STEPS, trainer="training", help="how a CUDA step is replayed"
+        choices=CAPTURED_STEPS, trainer=True, help="how a CUDA step is replayed"
     )
     sequential_decoding: bool = setting(
         False, help="evaluate one question at a time without a KV cache (speed)"
@@ -302,14 +346,20 @@ class Recipe:
         """
         return any(stage.uses_pairs for stage in self.pretrain_stages)
 
-    def training_settings(self):
-        """The fields training reads, by name, the stages as text: a checkpoint's identity."""
+    def training_settings(self, function):
+        """
+        The fields a training of `function` ("pretrain" or "finetune") reads, by name, the stages
+        as text: its checkpoint's identity, and what its output in the table follows from.
+        """
+        reads = (None, TRAININGS[function])
         settings = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if not f.metadata["reading"]
+            if not f.metadata["reading"] and f.metadata["training"] in reads
         }
-        return settings | dict(pretrain_stages="; ".join(map(str, self.pretrain_stages)))
+        if "pretrain_stages" in settings:
+            settings["pretrain_stages"] = "; ".join(map(str, self.pretrain_stages))
+        return settings
 
     def reading_settings(self):
         """The fields only evaluate reads, by name: a kept readout's settings."""
@@ -327,9 +377,9 @@ class Recipe:
         The fields the Trainer reads, by name; those of the other kind of training at their defaults
         (off).
         """
-        kinds = ("training", "pretraining" if pretraining else "finetuning")
+        kind = TRAININGS["pretrain" if pretraining else "finetune"]
         return {
-            f.name: getattr(self, f.name) if f.metadata["trainer"] in kinds else f.default
+            f.name: getattr(self, f.name) if f.metadata["training"] in (None, kind) else f.default
             for f in dataclasses.fields(self)
             if f.metadata["trainer"]
         }

@@ -49,12 +49,13 @@ class Task:
 
     def settings(self):
         """
-        What the task's output follows from, besides its inputs: a training's every training setting
-        (a checkpoint's identity too), an evaluation's readout and model sizes.
+        What the task's output follows from, besides its inputs: the settings its training reads (a
+        checkpoint's identity too: a finetuning flag leaves a pretraining kept), an evaluation's
+        readout and model sizes.
         """
         recipe = self.cfg.recipe
         if self.training:
-            return recipe.training_settings()
+            return recipe.training_settings(self.cfg.function)
         return recipe.reading_settings() | recipe.sizes(self.cfg.variant)
 
     def key(self):
