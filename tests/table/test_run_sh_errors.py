@@ -106,6 +106,35 @@ def test_bad_input_is_one_line_and_nothing_runs(tmp_path, monkeypatch, capsys, a
     assert sorted(p.name for p in folder.iterdir()) == ["data", "run.sh", "src"]
 
 
+@pytest.mark.parametrize(
+    "name, text, said",
+    [
+        (
+            "birth_dev.tsv",
+            "Where was Al Ba born?\tParis\nWhere was Cy Do born?\n",
+            "line 2: expected 'question<TAB>place'",
+        ),
+        ("birth_places_train.tsv", "Where was Al Ba born?\n", "line 1: expected 'question<TAB>place', got 1 field(s)"),
+        ("birth_test_inputs.tsv", "Where was Al Ba born?\tParis\tRome\n", "line 1: expected 'question<TAB>place'"),
+        ("wiki.txt", "\n", "is empty"),
+    ],
+)
+def test_a_malformed_data_file_is_one_line_before_any_training(tmp_path, monkeypatch, capsys, name, text, said):
+    """Each of the four files, malformed: the table's main says the file and the line, exit code 2, nothing written."""
+    from factgpt.common import files
+    from factgpt.table import assignment
+
+    folder = assignment_copy(tmp_path / "malformed")
+    (folder / "data" / name).write_text(text, encoding="utf-8")
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(files, "DATA_DIR", folder / "data")
+    monkeypatch.setattr(assignment, "Table", None)  # a table that got past its checks fails here, before any row
+    code, err = main_exit(capsys, assignment.main, [])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("run.sh: ") and name in err and said in err, err
+    assert sorted(p.name for p in folder.iterdir()) == ["data", "run.sh", "src"]
+
+
 def test_run_sh_says_a_missing_data_file_in_one_line(tmp_path):
     """run.sh in a folder of its own whose data/ lacks a file (the checkout's data/ is not looked at)."""
     folder = assignment_copy(tmp_path / "bad")

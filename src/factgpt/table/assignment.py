@@ -31,6 +31,7 @@ from factgpt.common.distributed import exit_process
 from factgpt.common.errors import RunError
 from factgpt.common.files import resolve_data_path
 from factgpt.common.questions import read_question_file, score_line
+from factgpt.corpus.reading import answered_pairs, read_pairs, read_text
 from factgpt.settings.command_line import OneLineParser
 from factgpt.settings.recipes import HANDOUT_BOTTLENECK_DIM
 from factgpt.settings.run_config import available_cores, cuda_num_workers
@@ -158,10 +159,20 @@ def positive_jobs(text):
 
 
 def check_data():
-    """Every data file here or in data/, else one line naming the first missing."""
+    """
+    Every data file here or in data/, and each read as the table reads it, before any training:
+    else one line naming the first missing or malformed file (and its line).
+    """
     for name in DATA:
         if not os.path.isfile(resolve_data_path(name)):
             raise RunError(f"{name} is neither here nor in data/: see data/README.md")
+    read_text(WIKI, "pretraining corpus")
+    for name in (
+        TRAIN,
+        DEV,
+    ):  # the table trains on the one and scores the other: places on every line
+        answered_pairs(name, name)
+    read_pairs(TEST, TEST)  # questions, with or without their places
 
 
 def run_row(args, flags):
