@@ -8,7 +8,15 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import TINY, another_value, checkpoint_steps, corpus_of, one_line_error, pretrain_args, small_gpt
+from conftest import (
+    TINY,
+    another_value,
+    checkpoint_steps,
+    corpus_of,
+    pretrain_args,
+    run_main,
+    small_gpt,
+)
 from factgpt.common.errors import RunError
 from factgpt.pipeline import trainings
 from factgpt.settings.recipe import Recipe
@@ -88,21 +96,28 @@ def test_a_checkpoint_resumes_under_its_own_identity_only(tmp_path):
     assert len(message.splitlines()) == 1 and path in message and "pretrain_lr 0.006 there, 0.003 here" in message
 
 
-def test_a_checkpoint_of_the_code_before_is_refused_in_one_line(tmp_path, tiny_world, capsys):
-    """A checkpoint without "format" (the code before's) is refused, even under the same identity."""
+@pytest.mark.parametrize("kind", ["the code before's", "cut short"])
+def test_a_checkpoint_that_cannot_be_read_is_set_aside_and_the_run_starts_over(tmp_path, tiny_world, capsys, kind):
+    """
+    A checkpoint without "format" (the code before's), or one cut short, is moved to
+    <path>.unreadable with one line, and --resume starts the training over: nobody is asked to
+    delete a file.
+    """
     path = str(tmp_path / "p.params.ckpt")
     identity = trainings.run_identity(CFG, DATASET, 256)
     torch.save({"model": {}, "epoch": 1, "run_identity": identity}, path)
-    with pytest.raises(RunError) as refused:
-        checkpoint.read(path)
-    message = str(refused.value)
-    assert len(message.splitlines()) == 1 and path in message
-    assert "written by an earlier version of this code: delete it to start over" in message
-    # and so is resuming from one
+    if kind == "cut short":
+        data = (tmp_path / "p.params.ckpt").read_bytes()
+        (tmp_path / "p.params.ckpt").write_bytes(data[: len(data) // 2])
+    original = (tmp_path / "p.params.ckpt").read_bytes()
     argv = [*pretrain_args("vanilla", tiny_world["wiki.txt"], path[: -len(".ckpt")]), "--resume"]
-    err = one_line_error(capsys, *argv, "--pretrain_epochs", 1, *TINY)
-    assert err == f"run.py: error: {message}"
-    assert not (tmp_path / "p.params").exists()
+    capsys.readouterr()
+    assert run_main(*argv, "--pretrain_epochs", 1, *TINY) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if path in line]
+    why = "was written by an earlier version of this code" if kind == "the code before's" else "cannot be read"
+    assert len(said) == 1 and why in said[0] and "starting from the beginning" in said[0], said
+    assert (tmp_path / "p.params.ckpt.unreadable").read_bytes() == original  # kept, aside
+    assert (tmp_path / "p.params").exists() and not (tmp_path / "p.params.ckpt").exists()
 
 
 def test_facts_round_trip_and_a_broken_facts_file_is_one_line(tmp_path):

@@ -111,8 +111,9 @@ def saved_checkpoint(cfg):
     The checkpoint a resumed run goes on from, read once (None when not resuming or there is none).
     """
     path = cfg.writing_params_path + ".ckpt"
+    there = os.path.exists(path)  # one there that cannot be read is set aside, and said so
     saved = checkpoint.read(path) if cfg.resume else None
-    if launch_rank() == 0 and cfg.resume and saved is None:
+    if launch_rank() == 0 and cfg.resume and not there:
         logger.warning("no checkpoint at %s: starting from the beginning", path)
     elif launch_rank() == 0 and not cfg.resume and os.path.exists(path):
         logger.warning(
