@@ -168,8 +168,11 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
         (tmp_path / name).write_text(name)
     # the course's eight modules, and the project's modules they import; never the table's (run.sh, the demo)
     course = {f"src/{name}.py" for name in COURSE_MODULES}
+    for name in names:  # the metadata run.py writes beside each params file: the handout's recipe
+        if name.endswith(".params"):
+            (tmp_path / f"{name}.json").write_text(json.dumps(dict(recipe="handout")), encoding="utf-8")
     code, out, err = collect(tmp_path, "2023")
-    assert code == 0 and "wrote assignment5.zip" in out, err
+    assert code == 0 and "wrote assignment5.zip" in out and "the recipe handout)" in out and not err, err
     with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
         zipped = z.namelist()
     assert sorted(name for name in zipped if not name.endswith(".py")) == sorted(names)
@@ -186,8 +189,13 @@ def test_collect_submission_zips_exactly_its_files_or_leaves_no_zip(tmp_path):
                                         "pretrain.test.predictions"]]  # fmt: skip
     for name in rope:
         (tmp_path / name).write_text(name)
-    code, out, err = collect(tmp_path, "2024")  # the 2024 edition: vanilla's and rope's files
-    assert code == 0, err
+    (tmp_path / "rope.pretrain.params.json").write_text(json.dumps(dict(recipe="cpu")), encoding="utf-8")
+    code, out, err = collect(tmp_path, "2024")  # the 2024 edition: vanilla's and rope's files, rope's finetuned params
+    assert code == 0 and "the recipe cpu and handout and unknown)" in out, err  # have no metadata
+    warning = "collect_submission.sh: warning: the params were trained with the recipe cpu and handout and unknown"
+    assert err.strip().splitlines() == [
+        warning + ", not the course's (handout): the course's marks were set for its own"
+    ]
     with zipfile.ZipFile(tmp_path / "assignment5.zip") as z:
         assert sorted(n for n in z.namelist() if not n.endswith(".py")) == sorted(names[:7] + rope)
         # every edition ships the same modules, the ones that imported whole above

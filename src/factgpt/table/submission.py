@@ -7,15 +7,18 @@ and an edition's params and predictions, as the course's submission expects them
 2021 is the edition with the synthesizer, 2023 with the perceiver, 2024 with rope; all (the
 default) holds the three. A missing file fails the call, naming every one, before anything is
 written; a failing call also removes an earlier assignment5.zip, so that no zip is left that this
-call did not build.
+call did not build. It names the recipe the params were trained with, and warns in one line where
+that is not the course's.
 """
 
 import ast
+import json
 import sys
 import zipfile
 from pathlib import Path
 
 ZIP = Path("assignment5.zip")
+COURSE_RECIPE = "handout"  # the recipe the course's handouts set their marks for
 # the modules the course's autograders import or run, flat in src/
 COURSE_MODULES = ("run", "dataset", "model", "models", "attention", "trainer", "utils")
 COURSE_MODULES += ("london_baseline",)
@@ -36,6 +39,21 @@ def edition_files(edition):
     common = ["vanilla.model.params", "vanilla.nopretrain.dev.predictions"]
     common += ["vanilla.nopretrain.test.predictions", *variant_files("vanilla")]
     return common + [name for variant in EDITIONS[edition] for name in variant_files(variant)]
+
+
+def params_recipes(params_files):
+    """
+    The recipe each params file was trained with, from the metadata beside it (<params>.json), by
+    recipe: "unknown" where there is none (the course's own code writes none) or it cannot be read.
+    """
+    recipes = {}
+    for name in params_files:
+        try:
+            recipe = json.loads(Path(name + ".json").read_text(encoding="utf-8"))["recipe"]
+        except (OSError, ValueError, TypeError, KeyError):
+            recipe = "unknown"
+        recipes.setdefault(str(recipe), []).append(name)
+    return recipes
 
 
 def module_file(src, name):
@@ -100,6 +118,14 @@ def main(argv):
             file=sys.stderr,
         )
         return 1
+    recipes = params_recipes([name for name in outputs if name.endswith(".params")])
+    if set(recipes) - {COURSE_RECIPE}:
+        print(
+            f"collect_submission.sh: warning: the params were trained with the recipe "
+            f"{' and '.join(sorted(recipes))}, not the course's ({COURSE_RECIPE}): the course's "
+            "marks were set for its own",
+            file=sys.stderr,
+        )
     partial = ZIP.with_name(ZIP.name + ".tmp")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
         for name in [*sources, *outputs]:
@@ -107,7 +133,8 @@ def main(argv):
     partial.replace(ZIP)
     print(
         f"wrote {ZIP} ({len(sources)} modules, the course's and what they import, and "
-        f"{len(outputs)} params and predictions files)"
+        f"{len(outputs)} params and predictions files; the params trained with the recipe "
+        f"{' and '.join(sorted(recipes))})"
     )
     return 0
 
