@@ -126,3 +126,19 @@ def test_assignment_notebook_runs_the_whole_assignment_on_the_demo_switch(tmp_pa
     with zipfile.ZipFile(work / "assignment5.zip") as z:
         names = z.namelist()
     assert "src/run.py" in names and "rope.pretrain.test.predictions" in names and "vanilla.model.params" in names
+
+
+def test_assignment_notebook_stops_in_one_line_without_a_gpu(tmp_path, monkeypatch):
+    """Without a GPU and without DEMO, the notebook stops at its GPU check: no cpu recipe's hours start."""
+    kernel = this_interpreters_kernel(tmp_path, monkeypatch)
+    monkeypatch.delenv("ASSIGNMENT_DEMO", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    nb = nbformat.read(ASSIGNMENT, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, kernel_name=kernel, timeout=120, startup_timeout=120, resources={"metadata": {"path": str(ROOT)}}
+    )
+    with pytest.raises(nbclient.exceptions.CellExecutionError) as stopped:
+        client.execute()
+    assert stopped.value.ename == "SystemExit" and stopped.value.evalue.startswith("No GPU: Runtime -> Change runtime")
+    ran = [cell for cell in nb.cells if cell.cell_type == "code" and cell.execution_count is not None]
+    assert "torch.cuda.is_available()" in ran[-1].source  # the last cell run: the GPU check
