@@ -16,6 +16,7 @@ from conftest import ROOT
 from factgpt.common.questions import read_question_file, score_line
 from factgpt.table.assignment import DATA, table_rows
 from factgpt.table.submission import COURSE_MODULES
+from factgpt.table.supervisor import Table, visible_gpus
 from model import VARIANTS
 from tables import (
     LEFT_BEHIND,
@@ -231,3 +232,16 @@ def test_a_task_reruns_only_when_what_it_reads_changes(tiny_world, tmp_path, mon
     for flag, value, changed in [("--finetune_lr", "1e-4", {scratch}), ("--pretrain_lr", "1e-3", pretrainings)]:
         other = keys("--recipe", "cpu", flag, value)
         assert {name for name in base if base[name] != other[name]} == changed, flag
+
+
+def test_with_several_gpus_each_row_side_by_side_gets_one_of_its_own():
+    """The environment each row's process gets: a GPU a bar position, the rows' threads and the table's pid kept."""
+    assert visible_gpus(4, {}) == ["0", "1", "2", "3"]
+    assert visible_gpus(2, {"CUDA_VISIBLE_DEVICES": "5, 7"}) == ["5", "7"]  # as the parent was given them
+    table = Table([], ["python"], 2, {"OMP_NUM_THREADS": "4", "CUDA_VISIBLE_DEVICES": "5,7"}, ["5", "7"])
+    envs = [table.row_env(position) for position in (0, 1)]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["5", "7"]
+    assert all(env["OMP_NUM_THREADS"] == "4" and env["ASSIGNMENT_TABLE"] == str(os.getpid()) for env in envs)
+    one = Table([], ["python"], 1, {"CUDA_VISIBLE_DEVICES": "5"}, ["5"])  # one GPU: the rows' env is the table's
+    assert one.row_env(0)["CUDA_VISIBLE_DEVICES"] == "5"
+    assert Table([], ["python"], 2, {}, []).row_env(1).get("CUDA_VISIBLE_DEVICES") is None  # the CPU: none set

@@ -11,9 +11,10 @@ out two ways: finetuned on the handout's question (the course's row), and asked 
 corpus's own words (--readout frames). Every row writes dev and test predictions; the table goes to
 results.md and results.json. Without a CUDA GPU the trainings take --recipe cpu.
 
-Each row runs in a process of its own, --jobs N of them side by side, its log in logs/<row>.log.
-Run again, it keeps each task written with the same settings and inputs (tasks.py) and goes on
-from a cut training's checkpoint. `demo` runs the experiment on a generated world (docs/demo.md).
+Each row runs in a process of its own, --jobs N of them side by side, its log in logs/<row>.log;
+with several GPUs, a row a GPU. Run again, it keeps each task written with the settings and inputs
+it reads (tasks.py) and goes on from a cut training's checkpoint. `demo` runs the experiment on a
+generated world (docs/demo.md).
 """
 
 import argparse
@@ -36,7 +37,7 @@ from factgpt.settings.command_line import OneLineParser
 from factgpt.settings.recipes import HANDOUT_BOTTLENECK_DIM
 from factgpt.settings.run_config import available_cores, cuda_num_workers
 from factgpt.table import demo, results
-from factgpt.table.supervisor import Table, all_kept, end_with_the_table, say
+from factgpt.table.supervisor import Table, all_kept, end_with_the_table, say, visible_gpus
 from factgpt.table.tasks import LOGS, Task, run_tasks
 from model import VARIANTS
 
@@ -134,7 +135,7 @@ def parse_args(argv):
     parser.add_argument(
         "--jobs",
         type=positive_jobs,
-        help=f"rows side by side (default: {CPU_JOBS} on a CPU, 1 on CUDA)",
+        help=f"rows side by side (default: {CPU_JOBS} on a CPU, a GPU each on CUDA)",
     )
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, metavar="VARIANT",
                         help="pretrained variants "
@@ -200,7 +201,8 @@ def run_table(args, flags):
     cuda = torch.cuda.is_available()
     if not cuda:
         flags = ["--recipe", "cpu", *flags]  # first, so that a --recipe among the flags wins
-    jobs = args.jobs or (1 if cuda else CPU_JOBS)
+    gpus = visible_gpus(torch.cuda.device_count()) if cuda else []
+    jobs = args.jobs or (len(gpus) if cuda else CPU_JOBS)  # a row a GPU
     job_flags, env = job_flags_and_env(jobs, cuda)
     # a bad flag stops the table here, in one line
     rows = table_rows(args.variants, [*job_flags, *flags])
@@ -214,7 +216,7 @@ def run_table(args, flags):
             f"their logs in {LOGS}/"
         )
     row_command = [sys.executable, "-m", "factgpt.table.assignment", "--variants", *args.variants]
-    table = Table(rows, [*row_command, *job_flags, *flags], jobs, env)
+    table = Table(rows, [*row_command, *job_flags, *flags], jobs, env, gpus)
     stops = [
         s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None
     ]

@@ -27,9 +27,10 @@ class Table:
     row starts and ends.
     """
 
-    def __init__(self, rows, command, jobs, env):
+    def __init__(self, rows, command, jobs, env, gpus=()):
         # command + ["--row", PREFIX] runs a row's process, which imports this checkout
         self.rows, self.command, self.jobs, self.env = rows, command, jobs, with_src_path(env)
+        self.gpus = list(gpus)  # the CUDA devices the rows take turns on (visible_gpus)
         self.start = time.monotonic()
         self.processes, self.stopped, self.lock = {}, threading.Event(), threading.Lock()
         self.signal = None  # the signal that stopped the table
@@ -65,13 +66,12 @@ class Table:
         start = time.monotonic()
         with open(row.log, "a", encoding="utf-8", buffering=1) as log:
             # a session of its own: a stop reaches the row once, from the table (stop below)
-            env = dict(self.env, ASSIGNMENT_TABLE=str(os.getpid()))
             process = subprocess.Popen(
                 command,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
-                env=env,
+                env=self.row_env(position),
                 start_new_session=True,
             )
             with self.lock:
@@ -89,6 +89,16 @@ class Table:
         elif not self.stopped.is_set():
             say(f"run.sh: {row.name} failed: see {row.log}")
         return code
+
+    def row_env(self, position):
+        """
+        The environment of the row in bar `position`: with several GPUs, one of its own
+        (CUDA_VISIBLE_DEVICES), since the rows running side by side hold different positions.
+        """
+        env = dict(self.env, ASSIGNMENT_TABLE=str(os.getpid()))
+        if len(self.gpus) > 1:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpus[position % len(self.gpus)]
+        return env
 
     @staticmethod
     def follow(row, process, position, log):
@@ -158,3 +168,14 @@ def with_src_path(env):
     """`env` with src/ first on PYTHONPATH, wherever the table was started from."""
     paths = [str(SRC), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     return dict(env, PYTHONPATH=os.pathsep.join(paths))
+
+
+def visible_gpus(count, env=os.environ):
+    """
+    The `count` CUDA devices this process sees, as CUDA_VISIBLE_DEVICES names them for a child
+    (its own list where it is set: "2,3" makes the first device "2").
+    """
+    named = [
+        name.strip() for name in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if name.strip()
+    ]
+    return named[:count] if "CUDA_VISIBLE_DEVICES" in env else [str(i) for i in range(count)]
