@@ -3,6 +3,7 @@ File helpers without torch, shared by the library and world.py: data paths, atom
 """
 
 import contextlib
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -13,6 +14,8 @@ try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None
+
+logger = logging.getLogger(__name__)
 
 # the checkout this file lives in: src/factgpt/common/ is three folders down
 REPOSITORY = Path(__file__).resolve().parents[3]
@@ -113,3 +116,15 @@ def exclusive_lock(path):
     finally:
         os.unlink(path)
         f.close()
+
+
+def set_aside(path, why, then, writer=True):
+    """
+    A file that cannot be read, renamed <path>.unreadable and said in one line (`path` `why`, where
+    it went, `then`), so that no run waits on its user to delete it. Only the writer (rank 0 under
+    torchrun) renames and says it.
+    """
+    aside = f"{path}.unreadable"
+    if writer:
+        os.replace(path, aside)
+        logger.warning("%s %s: moved to %s; %s", path, why, aside, then)

@@ -5,7 +5,6 @@ line. Also when a checkpoint is due, which torchrun's ranks decide together.
 """
 
 import dataclasses
-import logging
 import os
 import random
 import time
@@ -16,10 +15,8 @@ import torch.distributed as dist
 
 from factgpt.common.distributed import launch_rank, over_ranks
 from factgpt.common.errors import RunError, short_reason
-from factgpt.common.files import atomic_write
+from factgpt.common.files import atomic_write, set_aside
 from factgpt.training.capture import lr_tensor
-
-logger = logging.getLogger(__name__)
 
 # checkpoints of the code before (2: every GPU's RNG; none: older) are set aside, in one line
 FORMAT = 3
@@ -41,30 +38,19 @@ def save(path, trainer_state, identity=None, metadata=None):
 def read(path):
     """
     The checkpoint at `path`, or None if there is none. One that cannot be read, or is of the code
-    before, is moved aside (set_aside) and is None too: the training starts over.
+    before, is set aside (files.set_aside) and is None too: the training starts over.
     """
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         return None
     except Exception as e:
-        return set_aside(path, f"cannot be read ({short_reason(e)})")
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
-        return set_aside(path, "was written by an earlier version of this code")
-    return checkpoint
-
-
-def set_aside(path, why):
-    """
-    None, the checkpoint at `path` renamed <path>.unreadable (by rank 0) and said in one line, so
-    that no run waits on its user to delete it.
-    """
-    aside = f"{path}.unreadable"
-    if launch_rank() == 0:
-        os.replace(path, aside)
-        logger.warning(
-            "checkpoint %s %s: moved to %s; starting from the beginning", path, why, aside
-        )
+        why = f"cannot be read ({short_reason(e)})"
+    else:
+        if isinstance(checkpoint, dict) and checkpoint.get("format") == FORMAT:
+            return checkpoint
+        why = "was written by an earlier version of this code"
+    set_aside(path, f"(a checkpoint) {why}", "starting from the beginning", launch_rank() == 0)
     return None
 
 

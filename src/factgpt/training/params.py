@@ -10,8 +10,9 @@ import re
 
 import torch
 
+from factgpt.common.distributed import launch_rank
 from factgpt.common.errors import RunError, short_reason
-from factgpt.common.files import atomic_write
+from factgpt.common.files import atomic_write, set_aside
 from model import GPT, VARIANTS, variant_config
 
 
@@ -196,7 +197,8 @@ def write_metadata(params_path, metadata):
 def read_metadata(params_path):
     """
     The metadata beside a params file, or None where there is none (params of the course's code,
-    say).
+    say) or it cannot be read: then it is set aside (files.set_aside), and the run goes by its
+    command line alone.
     """
     path = metadata_path(params_path)
     if not os.path.exists(path):
@@ -207,8 +209,7 @@ def read_metadata(params_path):
         if not isinstance(metadata, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
-        raise RunError(
-            f"{path} (what {params_path} is) cannot be read: {short_reason(e)}; "
-            "delete it to go by the command line alone"
-        ) from None
+        why = f"(what {params_path} is) cannot be read ({short_reason(e)})"
+        set_aside(path, why, "going by the command line alone", launch_rank() == 0)
+        return None
     return metadata
