@@ -79,7 +79,8 @@ def main():
     if out.exists():
         shutil.rmtree(out)
     cut_data(args.data, out / "data")
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # run.sh starts $PYTHON: this interpreter, with its torch, whatever python3 is on the path
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHON=sys.executable)
     for recipe in SHORT:
         for variant in ("vanilla", "perceiver"):
             for command in course_commands(recipe, variant, out / "data", out):
