@@ -2,7 +2,7 @@
 The checks that need a CUDA GPU, for one command on a GPU machine that returns what it writes under
 OUT, from the repository root with the assignment's four files in data/ (copied there and carried):
 
-    python experiments/gpu_check.py OUT [--parts table cuda_tests ...] [--deadline 480]
+    python tools/gpu_check.py OUT [--parts table cuda_tests ...] [--deadline 480]
         [--table_flags "--precision tf32"] [--run_flags FLAGS] [--variants V ...]
         [--handout_flags FLAGS] [--resume_from DIR] [--command CMD] [--limits PART=SECONDS ...]
         [--plan]
@@ -15,7 +15,7 @@ limit, and runs none. OUT/summary.md grows as each part ends; its figures come f
 JSON records, not from printed text.
 
   table       ./run.sh TABLE_FLAGS RUN_FLAGS [--variants ...] with OUT/table as its folder
-  cuda_tests  tests/test_cuda.py and tests/test_capture.py
+  cuda_tests  tests/training/test_cuda.py and tests/training/test_capture.py
   demo        ./run.sh demo with OUT/demo as DEMO_DIR and RUN_FLAGS as DEMO_FLAGS
   suite       the whole test suite with CUDA visible
   paces       experiments/step_pace.py: vanilla's handout pretraining under each way of running
@@ -217,11 +217,11 @@ def records_table(folder):
         score = f"{record['correct']} of {record['total']}" if record.get("total") else ""
         seconds = record.get("seconds", 0)
         lines.append(f"| {path.stem} | {record.get('state')} | {seconds:.0f} | {score} |")
-    return lines if len(lines) > 2 else ["(no step records)"]
+    return lines if len(lines) > 2 else ["(no task records)"]
 
 
 def seconds_a_byte(path):
-    """What carrying a params file or a checkpoint saves the next call, in its step's recorded
+    """What carrying a params file or a checkpoint saves the next call, in its task's recorded
     seconds a byte; 0 where the record does not vouch for it (as tasks.py's kept and resume)."""
     checkpoint = path.name.endswith(".ckpt")
     record_path = path.parent / "logs" / "tasks" / (path.name.removesuffix(".ckpt") + ".json")
@@ -289,7 +289,7 @@ def restore(source, work):
 
 
 def next_command(args, parts):
-    """The next call's command for these parts, with this call's flags (a step's record keys on
+    """The next call's command for these parts, with this call's flags (a task's record keys on
     them, so that the table's tasks done are kept)."""
     argv = ["--parts", *parts]
     if args.deadline != DEADLINE:
@@ -308,7 +308,7 @@ def next_command(args, parts):
         argv += ["--carry_mib", f"{args.carry_mib:g}"]
     limits = [f"{part}={seconds:g}" for part, seconds in args.limits.items() if part in parts]
     argv += ["--limits", *limits] if limits else []
-    return 'python experiments/gpu_check.py "$OUT" ' + shlex.join(argv)
+    return 'python tools/gpu_check.py "$OUT" ' + shlex.join(argv)
 
 
 def carry_lines(args, parts, pieces):
@@ -410,7 +410,8 @@ def tests(check, name, paths, slowest):
 
 
 def cuda_tests(check):
-    return tests(check, "cuda_tests", ["tests/test_cuda.py", "tests/test_capture.py"], 10)
+    cuda = ["tests/training/test_cuda.py", "tests/training/test_capture.py"]
+    return tests(check, "cuda_tests", cuda, 10)
 
 
 def suite(check):
@@ -456,16 +457,19 @@ def dev_score(predictions):
 
 def pretraining_reached(folder, argv, params):
     """Where a cut pretraining stopped, from its checkpoint: its epoch, of how many."""
+    path = folder / f"{params}.ckpt"
+    if not path.exists():
+        return "no checkpoint"
     try:
-        from factgpt.table.tasks import Step
-        from factgpt.training import checkpoint  # torch, needed only here
+        import torch  # needed only here
 
-        saved = checkpoint.read(str(folder / f"{params}.ckpt"))
-        stages = Step("pretraining", argv, params).cfg.recipe.stages()
+        from factgpt.table.tasks import Task
+
+        # read, never set aside: the next call resumes from it
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        stages = Task("pretraining", argv, params).cfg.recipe.stages()
     except Exception as e:  # a line of the summary, whatever went wrong
         return f"its checkpoint not read: {e}"
-    if saved is None:
-        return "no checkpoint"
     epochs = sum(stage.max_epochs for stage in stages)
     return f"stopped in epoch {saved['epoch'] + 1} of {epochs}, at step {saved['step']}"
 

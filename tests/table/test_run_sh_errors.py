@@ -21,8 +21,12 @@ from tables import (
 
 
 @pytest.mark.slow
-def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(tmp_path):
-    """SIGINT to the table alone (a notebook's stop, Ctrl-C): each running row stops cleanly, and the table says so."""
+@pytest.mark.parametrize("stop, stopped_by", [(signal.SIGINT, "SIGINT"), (signal.SIGHUP, "SIGTERM")])
+def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(tmp_path, stop, stopped_by):
+    """
+    SIGINT to the table alone (a notebook's stop, Ctrl-C), or SIGHUP (a dropped session), which the
+    rows get as SIGTERM: each running row stops cleanly, and the table says so.
+    """
     folder = assignment_copy(tmp_path / "stopped")
     longer = ["--pretrain_epochs", "100", "--finetune_epochs_from_scratch", "100"]  # both rows still training
     command, environment = table_command("--jobs", "2", *longer)
@@ -32,16 +36,18 @@ def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(t
             # both rows in their training loops, each past its first checkpoint
             checkpoints = [folder / f"vanilla.{name}.params.ckpt" for name in ("pretrain", "model")]
             wait_for(lambda: all(checkpoint.exists() for checkpoint in checkpoints), process)
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop)
             said = process.communicate(timeout=DEADLINE)[1]
         finally:
             with contextlib.suppress(ProcessLookupError):  # whatever the table left running
                 os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, said[-2000:]
+    assert process.returncode == 128 + stop, said[-2000:]
     assert said.rstrip().endswith("\nrun.sh: stopped; run the same command again to go on where it stopped")
     for log in ("vanilla.pretrain.log", "vanilla.nopretrain.log"):
-        assert "stopped by SIGINT" in (folder / "logs" / log).read_text(encoding="utf-8"), log
+        assert f"stopped by {stopped_by}" in (folder / "logs" / log).read_text(encoding="utf-8"), log
     assert (folder / "vanilla.pretrain.params.ckpt").exists() and not (folder / "results.md").exists()
+    if stop != signal.SIGINT:
+        return  # going on after a stop: once is enough
     logs = [folder / "logs" / f"vanilla.{row}.log" for row in ("pretrain", "nopretrain")]
     resumed = lambda f: all(log.read_text(encoding="utf-8").count("resuming from") for log in logs)  # noqa: E731
     killed_table(folder, resumed, "--jobs", "2", *longer)  # run again, each row goes on where it stopped

@@ -1,5 +1,5 @@
 """
-experiments/gpu_check.py without a GPU or a training: its help, its deadline's arithmetic, a part
+tools/gpu_check.py without a GPU or a training: its help, its deadline's arithmetic, a part
 cut by SIGINT, the table packed into pieces and restored, and the next call's instructions.
 """
 
@@ -185,7 +185,7 @@ def test_the_next_call_resumes_the_table_with_the_same_flags(carried_table, tmp_
     assert first_code == second_code == 1  # the table and the command unfinished
     pieces = " ".join(carried_table.pieces)
     assert f"copy {pieces} (from OUT) into logs/gpu_table/" in carried_table.next_call[0]
-    assert carried_table.command[:3] == ["python", "experiments/gpu_check.py", "$OUT"]
+    assert carried_table.command[:3] == ["python", "tools/gpu_check.py", "$OUT"]
     second = carried_table.summaries[1]
     assert "parts: table command; deadline 480 s" in second
     flags = f"--jobs 0 {RUN_FLAGS} --variants vanilla"

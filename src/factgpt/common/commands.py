@@ -15,7 +15,7 @@ from factgpt.common.errors import RunError
 from factgpt.common.signals import TrainingInterrupted
 
 # the loggers whose INFO lines a command says: the held-out loss of every epoch, the people
-# finetuned on, the steps of the assignment's table
+# finetuned on, the tasks of the assignment's table
 SAID_AT_INFO = ("factgpt.training.logs", "factgpt.pipeline.api", "factgpt.table.tasks")
 
 

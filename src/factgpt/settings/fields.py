@@ -12,6 +12,7 @@ from factgpt.common.errors import RunError
 BOOLEANS = {"yes": True, "no": False, "true": True, "false": False, "1": True, "0": False}
 NUMBERS = (int, float, Optional[int], Optional[float])  # the fields whose range is checked
 RANGE = ("at_least_zero", "below", "at_most")  # check_number's bounds
+TRAINING_KINDS = ("pretraining", "finetuning")  # a setting's `training`, where only one reads it
 RULES = dict(
     size=False,
     choices=(),
@@ -37,6 +38,8 @@ def setting(default=None, **rules):
     unknown = set(rules) - set(RULES)
     if unknown:
         raise TypeError(f"setting() has no rule {', '.join(sorted(unknown))}")
+    if rules.get("training") not in (None, *TRAINING_KINDS):
+        raise TypeError(f"setting(training=...) must be one of {', '.join(TRAINING_KINDS)}")
     metadata = RULES | rules
     return dataclasses.field(
         default=metadata["choices"][0] if metadata["choices"] else default, metadata=metadata

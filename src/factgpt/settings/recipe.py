@@ -9,7 +9,14 @@ from typing import Optional
 from dataset import longest_shift
 from factgpt.common.errors import RunError
 from factgpt.corpus.reading import BLOCK_SIZE
-from factgpt.settings.fields import check_fields, parse_value, setting, text_name, value_type
+from factgpt.settings.fields import (
+    TRAINING_KINDS,
+    check_fields,
+    parse_value,
+    setting,
+    text_name,
+    value_type,
+)
 
 # the model's parts finetuning can leave frozen: the embeddings, every block's attention, MLP and
 # LayerNorms (ln1, ln2 and the final ln_f), the output head
@@ -18,8 +25,8 @@ FREEZABLE = ("tok_emb", "pos_emb", "attn", "mlp", "ln", "head")
 STAGE_DATA = ("corpus", "pairs", "corpus+pairs", "text", "text+pairs")
 # the ways of replaying a CUDA step (training/capture.py): the choices of Recipe.captured_step
 CAPTURED_STEPS = ("auto", "off", "cuda_graph", "compiled", "fused_graph")
-# the training each function runs: a field whose `training` names another is not read by it
-TRAININGS = {"pretrain": "pretraining", "finetune": "finetuning"}
+# the training each function runs: a field whose `training` names the other is not read by it
+TRAININGS = dict(zip(("pretrain", "finetune"), TRAINING_KINDS))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -190,7 +190,7 @@ def run_row(args, flags):
             raise SystemExit(128 + signal.SIGINT) from None
 
     row = next(row for row in table_rows(args.variants, flags) if row.prefix == args.row)
-    return exit_status("assignment.py", tasks)
+    return exit_status("run.sh", tasks)
 
 
 def run_table(args, flags):

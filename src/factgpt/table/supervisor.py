@@ -13,11 +13,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 from tqdm import tqdm
 
-SRC = Path(__file__).resolve().parents[2]  # src/: the course's modules and the factgpt package
+from factgpt.common.files import REPOSITORY
+
+SRC = REPOSITORY / "src"  # the course's modules and the factgpt package
 PR_SET_PDEATHSIG = 1  # prctl's option: a signal for this process when its parent ends (Linux)
 
 
@@ -34,6 +35,7 @@ class Table:
         self.start = time.monotonic()
         self.processes, self.stopped, self.lock = {}, threading.Event(), threading.Lock()
         self.signal = None  # the signal that stopped the table
+        self.forwarded = None  # the signal the rows got for it
         self.free_positions = list(range(jobs))
 
     def minutes(self):
@@ -77,7 +79,7 @@ class Table:
             with self.lock:
                 self.processes[row.name] = process
                 if self.stopped.is_set():  # a stop that came while the process started
-                    process.send_signal(self.signal)
+                    process.send_signal(self.forwarded)
             self.follow(row, process, position, log)
             code = process.wait()
         with self.lock:
@@ -132,14 +134,15 @@ class Table:
 
     def stop(self, signum, frame):
         """
-        Start no more rows, and pass the signal to the running ones: each training checkpoints and
-        ends.
+        Start no more rows, and pass the stop to the running ones: each training checkpoints and
+        ends. A hang-up (a dropped session) reaches them as SIGTERM, which a training catches.
         """
-        self.stopped.set()
-        self.signal = signum
-        with self.lock:
+        with self.lock:  # the signal is known before any row can see the table stopped
+            self.signal = signum
+            self.forwarded = signal.SIGTERM if signum == getattr(signal, "SIGHUP", None) else signum
+            self.stopped.set()
             for process in self.processes.values():
-                process.send_signal(signum)
+                process.send_signal(self.forwarded)
 
 
 def say(line):

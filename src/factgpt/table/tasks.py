@@ -148,14 +148,9 @@ def training_epochs(cfg):
     A training's epochs: every pretraining stage's, or the finetuning's (from params or from
     scratch).
     """
-    r = cfg.recipe
     if cfg.function == "pretrain":
-        return sum(stage.max_epochs for stage in r.stages())
-    return (
-        r.finetune_epochs_from_pretrained
-        if cfg.reading_params_path
-        else r.finetune_epochs_from_scratch
-    )
+        return sum(stage.max_epochs for stage in cfg.recipe.stages())
+    return cfg.recipe.finetuning(pretrained=bool(cfg.reading_params_path)).max_epochs
 
 
 def run_tasks(tasks, on_epoch=lambda task, epoch, epochs: None):

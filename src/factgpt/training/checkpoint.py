@@ -1,7 +1,7 @@
 """
 A training's resumable checkpoint: the Trainer's whole state, to go on exactly where it stopped,
-with the run's identity (pipeline.run_identity), so that another run's checkpoint is refused in one
-line. Also when a checkpoint is due, which torchrun's ranks decide together.
+with the run's identity (pipeline.trainings.run_identity), so that another run's checkpoint is
+refused in one line. Also when a checkpoint is due, which torchrun's ranks decide together.
 """
 
 import dataclasses
@@ -18,8 +18,9 @@ from factgpt.common.errors import RunError, short_reason
 from factgpt.common.files import atomic_write, set_aside
 from factgpt.training.capture import lr_tensor
 
-# checkpoints of the code before (2: every GPU's RNG; none: older) are set aside, in one line
-FORMAT = 3
+# checkpoints of the code before are set aside, in one line (3: an identity of every training
+# setting; 2: every GPU's RNG; none: older)
+FORMAT = 4
 
 
 def save(path, trainer_state, identity=None, metadata=None):

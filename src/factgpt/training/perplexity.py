@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from factgpt.training.batching import real_lengths
+from factgpt.training.step import real_lengths
 from utils import eval_mode
 
 
