@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import main_exit
+from factgpt.table.supervisor import Table
 from tables import (
     DEADLINE,
     assignment_copy,
@@ -21,12 +22,8 @@ from tables import (
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stop, stopped_by", [(signal.SIGINT, "SIGINT"), (signal.SIGHUP, "SIGTERM")])
-def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(tmp_path, stop, stopped_by):
-    """
-    SIGINT to the table alone (a notebook's stop, Ctrl-C), or SIGHUP (a dropped session), which the
-    rows get as SIGTERM: each running row stops cleanly, and the table says so.
-    """
+def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(tmp_path):
+    """SIGINT to the table alone (a notebook's stop, Ctrl-C): each running row stops cleanly, and the table says so."""
     folder = assignment_copy(tmp_path / "stopped")
     longer = ["--pretrain_epochs", "100", "--finetune_epochs_from_scratch", "100"]  # both rows still training
     command, environment = table_command("--jobs", "2", *longer)
@@ -36,21 +33,46 @@ def test_a_stop_reaches_every_row_which_checkpoints_and_goes_on_when_run_again(t
             # both rows in their training loops, each past its first checkpoint
             checkpoints = [folder / f"vanilla.{name}.params.ckpt" for name in ("pretrain", "model")]
             wait_for(lambda: all(checkpoint.exists() for checkpoint in checkpoints), process)
-            process.send_signal(stop)
+            process.send_signal(signal.SIGINT)
             said = process.communicate(timeout=DEADLINE)[1]
         finally:
             with contextlib.suppress(ProcessLookupError):  # whatever the table left running
                 os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 128 + stop, said[-2000:]
+    assert process.returncode == 130, said[-2000:]
     assert said.rstrip().endswith("\nrun.sh: stopped; run the same command again to go on where it stopped")
     for log in ("vanilla.pretrain.log", "vanilla.nopretrain.log"):
-        assert f"stopped by {stopped_by}" in (folder / "logs" / log).read_text(encoding="utf-8"), log
+        assert "stopped by SIGINT" in (folder / "logs" / log).read_text(encoding="utf-8"), log
     assert (folder / "vanilla.pretrain.params.ckpt").exists() and not (folder / "results.md").exists()
-    if stop != signal.SIGINT:
-        return  # going on after a stop: once is enough
     logs = [folder / "logs" / f"vanilla.{row}.log" for row in ("pretrain", "nopretrain")]
     resumed = lambda f: all(log.read_text(encoding="utf-8").count("resuming from") for log in logs)  # noqa: E731
     killed_table(folder, resumed, "--jobs", "2", *longer)  # run again, each row goes on where it stopped
+
+
+class SignalledRow:
+    """A row's process as the table holds it, noting the signals it is sent."""
+
+    def __init__(self):
+        self.signals = []
+
+    def send_signal(self, signum):
+        self.signals.append(signum)
+
+
+@pytest.mark.parametrize(
+    "stop, forwarded",
+    [(signal.SIGINT, signal.SIGINT), (signal.SIGTERM, signal.SIGTERM), (signal.SIGHUP, signal.SIGTERM)],
+)
+def test_the_table_passes_a_stop_to_every_running_row(stop, forwarded):
+    """
+    Each running row gets the table's stop: a hang-up (a dropped session) as SIGTERM, which a training
+    catches, checkpoints after its step and ends (test_robustness); the table keeps its own signal for
+    its exit code.
+    """
+    table = Table([], ["python"], 2, {})
+    table.processes = {"vanilla": SignalledRow(), "rope": SignalledRow()}
+    table.stop(stop, None)
+    assert table.stopped.is_set() and table.signal == stop
+    assert [row.signals for row in table.processes.values()] == [[forwarded], [forwarded]]
 
 
 @pytest.mark.slow
